@@ -1,0 +1,35 @@
+"""jouleprof: measure, attribute and predict the GPU energy, time and memory of deep learning.
+
+Importing this package probes no hardware and imports neither torch nor pynvml; the public
+entry points below import what they need when called.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+__all__ = ["__version__", "measure", "Sampler", "PhaseRecorder"]
+
+if TYPE_CHECKING:  # pragma: no cover
+    from jouleprof.measure import measure
+    from jouleprof.sensors.sampler import Sampler
+    from jouleprof.timeline.recorder import PhaseRecorder
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy so that `import jouleprof` (and `jouleprof --help`) stays light.
+    if name == "measure":
+        from jouleprof.measure import measure
+
+        return measure
+    if name == "Sampler":
+        from jouleprof.sensors.sampler import Sampler
+
+        return Sampler
+    if name == "PhaseRecorder":
+        from jouleprof.timeline.recorder import PhaseRecorder
+
+        return PhaseRecorder
+    raise AttributeError(f"module 'jouleprof' has no attribute {name!r}")

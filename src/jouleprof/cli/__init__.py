@@ -1,0 +1,1 @@
+"""The `jouleprof` command: one file per subcommand, heavy imports inside each command."""

@@ -1,0 +1,202 @@
+"""`with jouleprof.measure(...) as m:` — measure anything into a run directory.
+
+Opens the sensors, writes run.json (status running) at once, takes an idle baseline, samples in
+the background while the body runs, and at the end computes the summary from samples.csv and
+marks the run complete — or incomplete after Ctrl-C or an exception, with everything recorded so
+far kept.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from jouleprof.clock import MonotonicClock
+from jouleprof.errors import SensorError
+from jouleprof.sensors.sampler import Sampler, SamplerConfig
+from jouleprof.store.rundir import RunDir, new_run_id
+from jouleprof.timeline.summary import Interval, run_summary
+from jouleprof.types import Figure, RunRecord, RunStatus
+
+log = logging.getLogger(__name__)
+
+DEFAULT_RUNS_DIR = "jouleprof-runs"
+
+
+@dataclass(frozen=True)
+class MeasureConfig:
+    """What to measure and how often (CLI flags of `jouleprof measure` map onto these)."""
+
+    gpus: tuple[int, ...] | None = None
+    """User-visible GPU indices (as under CUDA_VISIBLE_DEVICES); None: every visible GPU."""
+    interval_s: float = 0.02
+    """Period of the cheap sensor reads."""
+    idle_s: float = 1.0
+    """Seconds of idle baseline sampled before the workload starts; 0 to skip."""
+    rapl: bool = True
+    """Also read CPU package/DRAM energy through Linux powercap where readable."""
+    kind: str = "measure"
+    """What produced the run, written to run.json."""
+
+    def __post_init__(self) -> None:
+        if not self.interval_s > 0:
+            raise ValueError(f"interval_s must be > 0 (got {self.interval_s}); try 0.02")
+        if self.idle_s < 0:
+            raise ValueError(f"idle_s must be ≥ 0 (got {self.idle_s})")
+        if self.gpus is not None and any(i < 0 for i in self.gpus):
+            raise ValueError(f"gpus must be non-negative indices, got {list(self.gpus)}")
+
+
+@dataclass
+class Measurement:
+    """A measurement in progress, then done: its run directory, clock and record."""
+
+    run_dir: RunDir
+    record: RunRecord
+    clock: MonotonicClock
+    sampler: Sampler
+    devices: list[str]
+    unavailable_notes: list[str]
+    work: Interval | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def summary(self) -> dict[str, Figure]:
+        return self.record.summary
+
+    def span_writer(self):
+        """A writer of spans.csv for the phase recorder (same clock as samples.csv)."""
+        return self.run_dir.span_writer()
+
+
+def _machine_records(gpus: Sequence[int] | None) -> tuple[dict, dict, dict]:
+    from jouleprof.hardware import environment_record, git_record, hardware_record
+
+    return hardware_record(gpus), environment_record(), git_record(Path.cwd())
+
+
+def _gpu_sharing(sensors: list, when: str) -> dict[str, Any]:
+    """Other processes on the measured GPUs at `when` (a run beside another one is disturbed)."""
+    from jouleprof.sensors.nvml import NvmlSensor, gpu_processes
+
+    nv = [s for s in sensors if isinstance(s, NvmlSensor)]
+    if not nv:
+        return {"when": when, "checked": False, "reason": "no NVIDIA GPU measured"}
+    try:
+        procs = gpu_processes(nv[0])
+    except SensorError as e:
+        return {"when": when, "checked": False, "reason": str(e)}
+    others = [p for p in procs if not p["own"]]
+    return {"when": when, "checked": True, "other_processes": others}
+
+
+@contextmanager
+def measure(
+    out: str | os.PathLike[str] | None = None,
+    config: MeasureConfig | None = None,
+    *,
+    run_config: dict[str, Any] | None = None,
+    **overrides: Any,
+) -> Iterator[Measurement]:
+    """Measure the body of the `with` block into a run directory.
+
+    Args:
+        out: the run directory to create; None: jouleprof-runs/<run_id>.
+        config: a MeasureConfig; keyword overrides (gpus=..., interval_s=...) replace its fields.
+        run_config: what the caller ran (command, workload config), stored in run.json.
+
+    Yields:
+        A Measurement. After the block, `m.summary` holds the figures and `m.run_dir` the files.
+    """
+    from jouleprof.sensors.discover import open_sensors
+
+    cfg = config or MeasureConfig()
+    if overrides:
+        cfg = MeasureConfig(**{**asdict(cfg), **overrides})
+    run_id = new_run_id(cfg.kind)
+    path = Path(out) if out is not None else Path(DEFAULT_RUNS_DIR) / run_id
+    discovery = open_sensors(list(cfg.gpus) if cfg.gpus is not None else None, rapl=cfg.rapl)
+    try:
+        hardware, environment, git = _machine_records(cfg.gpus)
+        record = RunRecord(
+            run_id=run_id,
+            kind=cfg.kind,
+            config={"measure": asdict(cfg), **(run_config or {})},
+            hardware=hardware,
+            environment=environment,
+            git=git,
+            notes=list(discovery.notes),
+        )
+        run_dir = RunDir.create(path, record)
+        clock = MonotonicClock()
+        writer = run_dir.sample_writer()
+        sampler = Sampler(
+            discovery.sensors, writer, SamplerConfig(interval_s=cfg.interval_s), clock=clock
+        )
+        m = Measurement(run_dir, record, clock, sampler, sampler.devices, list(discovery.notes))
+        record.extra["gpu_sharing"] = [_gpu_sharing(discovery.sensors, "start")]
+        status = RunStatus.INCOMPLETE
+        sampler.start()
+        idle = None
+        try:
+            if cfg.idle_s > 0 and sampler.devices:
+                t0 = clock.now_s()
+                clock.sleep_s(cfg.idle_s)
+                idle = Interval(t0, clock.now_s())
+            t_work0 = clock.now_s()
+            try:
+                yield m
+                status = RunStatus.COMPLETE
+            except KeyboardInterrupt:
+                record.notes.append("interrupted (Ctrl-C): figures cover the run up to then")
+                raise
+            except BaseException as e:
+                record.notes.append(f"the measured code raised {type(e).__name__}: {e}")
+                raise
+            finally:
+                m.work = Interval(t_work0, clock.now_s())
+        finally:
+            sampler.stop()
+            writer.close()
+            record.extra["gpu_sharing"].append(_gpu_sharing(discovery.sensors, "end"))
+            _finish(m, idle, status, discovery)
+    finally:
+        discovery.close()
+
+
+def _finish(m: Measurement, idle: Interval | None, status: RunStatus, discovery) -> None:
+    record = m.record
+    record.extra["sampler"] = m.sampler.stats.to_json()
+    if m.work is not None:
+        record.extra["work_interval_s"] = [m.work.t0_s, m.work.t1_s]
+    if idle is not None:
+        record.extra["idle_interval_s"] = [idle.t0_s, idle.t1_s]
+    disturbed = any(g.get("other_processes") for g in record.extra.get("gpu_sharing", []))
+    record.extra["disturbed"] = disturbed
+    if disturbed:
+        record.notes.append("other processes used a measured GPU: figures are disturbed")
+    try:
+        samples = m.run_dir.read_samples() if m.devices else None
+        work = m.work or Interval(0.0, 0.0)
+        if samples is not None and len(samples):
+            record.summary = run_summary(samples, m.devices, work, idle)
+        else:
+            record.summary = {"wall_time_s": Figure.measured(work.duration_s, "s", signal="timer")}
+        for prefix, key in (("gpu", "gpu_energy_j"), ("cpu", "cpu_energy_j")):
+            if not any(d.startswith(prefix) for d in m.devices):
+                why = [i.reason for i in discovery.unavailable if i.device.startswith(prefix)]
+                reason = "; ".join(r for r in why if r) or f"no {prefix.upper()} sensor was opened"
+                record.summary[key] = Figure.unavailable("J", reason)
+    except Exception as e:  # the summary must never lose the raw data
+        log.exception("summarizing the run failed")
+        record.notes.append(f"summary failed ({type(e).__name__}: {e}); raw CSVs are intact")
+    exit_code = record.extra.get("exit_code")
+    if status is RunStatus.COMPLETE and exit_code not in (None, 0):
+        status = RunStatus.FAILED
+    record.status = status
+    m.run_dir.write_record(record)

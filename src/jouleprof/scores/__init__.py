@@ -1,0 +1,1 @@
+"""Composite scores over measured figures."""

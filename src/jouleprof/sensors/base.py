@@ -1,0 +1,71 @@
+"""The one small interface every sensor implements, and what it says about itself.
+
+A sensor covers one or more devices ("gpu0", "cpu-package-0", ...). The sampler calls
+`read(device, counter=...)`: the cheap fields every time, the cumulative energy counter only
+when asked, because on NVIDIA GPUs that read blocks for milliseconds (shared/FACTS.md).
+Vendor errors are mapped to `SensorError` inside each sensor module, never outside.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from jouleprof.types import Reading
+
+# Signals a sensor may offer, by name, as used in samples.csv columns and run.json.
+SIGNALS: tuple[str, ...] = (
+    "power_w",
+    "power_instant_w",
+    "energy_j",
+    "util_pct",
+    "mem_used_bytes",
+    "sm_clock_mhz",
+    "temp_c",
+)
+
+
+@dataclass(frozen=True)
+class SignalInfo:
+    """Whether one signal of one device can be read, and if not, why."""
+
+    device: str
+    signal: str
+    available: bool
+    reason: str | None = None
+    """Why it is unavailable, or a note on what it means (e.g. "1 s running average")."""
+
+
+@runtime_checkable
+class Sensor(Protocol):
+    """A source of readings for one or more devices."""
+
+    @property
+    def kind(self) -> str:
+        """A short name: nvml, rapl, simulated, replay."""
+        ...
+
+    @property
+    def devices(self) -> tuple[str, ...]:
+        """Device names as written to samples.csv, e.g. ("gpu0", "gpu1")."""
+        ...
+
+    @property
+    def counter_read_is_slow(self) -> bool:
+        """True where reading the energy counter costs milliseconds (NVML), so it is rationed."""
+        ...
+
+    @property
+    def nominal_refresh_s(self) -> float | None:
+        """The documented or modelled update period of the signals, if known (detected ones win)."""
+        ...
+
+    def signals(self) -> list[SignalInfo]:
+        """Every signal of every device, readable or not and why."""
+        ...
+
+    def read(self, device: str, counter: bool) -> Reading:
+        """Read the cheap fields of `device`, and the energy counter too when `counter` is True."""
+        ...
+
+    def close(self) -> None: ...

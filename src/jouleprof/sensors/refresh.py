@@ -1,0 +1,176 @@
+"""Detect when a sensor's readings update, from recorded samples alone (pure functions).
+
+NVML power fields and the energy counter update at refresh instants about 100 ms apart; a read
+between two refreshes returns the older value. Knowing those instants matters: the counter value
+read at time r belongs to the last refresh before r, not to r. Reads that see a value change
+bracket a refresh instant; fitting a regular grid (offset + k × period) through the brackets of
+a whole run places every refresh far more precisely than any one bracket.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+# Signals tried in order to locate refreshes: the ones that change at nearly every refresh.
+REFRESH_SIGNALS: tuple[str, ...] = ("power_instant_w", "power_w", "energy_j")
+
+
+@dataclass(frozen=True)
+class RefreshEstimate:
+    """A sensor's update grid: refresh k happens at offset_s + k × period_s (± jitter_s)."""
+
+    signal: str
+    period_s: float
+    offset_s: float
+    jitter_s: float
+    """Residual standard deviation of the detected update brackets around the grid."""
+    n_updates: int
+    median_read_gap_s: float
+    """Median time between reads of the signal: the resolution each bracket had."""
+    method: str
+    """"grid" (regular grid fitted), or "median" (grid fit failed: period from median gaps)."""
+
+    def grid_s(self, t0_s: float, t1_s: float) -> np.ndarray:
+        """Grid instants inside [t0_s, t1_s]."""
+        k0 = int(np.ceil((t0_s - self.offset_s) / self.period_s))
+        k1 = int(np.floor((t1_s - self.offset_s) / self.period_s))
+        return self.offset_s + self.period_s * np.arange(k0, k1 + 1)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "signal": self.signal,
+            "period_s": self.period_s,
+            "offset_s": self.offset_s,
+            "jitter_s": self.jitter_s,
+            "n_updates": self.n_updates,
+            "median_read_gap_s": self.median_read_gap_s,
+            "method": self.method,
+        }
+
+
+def update_brackets(t_s: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each read that returned a new value: (time of the previous read, time of this read).
+
+    NaN values (not read) are skipped. The update happened inside each bracket.
+    """
+    t_s = np.asarray(t_s, dtype=float)
+    values = np.asarray(values, dtype=float)
+    ok = ~np.isnan(values)
+    t, v = t_s[ok], values[ok]
+    if len(t) < 2:
+        return np.empty(0), np.empty(0)
+    changed = np.flatnonzero(v[1:] != v[:-1]) + 1
+    return t[changed - 1], t[changed]
+
+
+def detect_refresh(
+    t_s: np.ndarray, values: np.ndarray, signal: str = "?", min_updates: int = 8
+) -> RefreshEstimate | None:
+    """Fit the update grid of one signal of one device; None if too few updates were seen.
+
+    Needs reads at least twice per refresh period; coarser reads alias and are refused
+    (returns None) because no grid can be placed from them.
+    """
+    lo, hi = update_brackets(t_s, values)
+    if len(lo) < min_updates:
+        return None
+    t_valid = np.asarray(t_s, dtype=float)[~np.isnan(np.asarray(values, dtype=float))]
+    read_gap_s = float(np.median(np.diff(t_valid)))
+    mid = 0.5 * (lo + hi)
+    gaps = np.diff(mid)
+    period0 = float(np.median(gaps))
+    # Most updates follow the previous one by one period, but a repeated value hides an update
+    # (gap of 2, 3 periods); the smallest common gap cluster is the period.
+    small = gaps[gaps < 1.5 * period0]
+    if len(small) >= 3:
+        period0 = float(np.median(small))
+    if period0 < 2 * read_gap_s:
+        # Brackets as wide as the period: the signal was read too rarely to see its refreshes.
+        return None
+    period0 = _refine_period(mid, period0)
+    k = np.round((mid - mid[0]) / period0)
+    # Least squares of mid = offset + k * period, then one pass of outlier rejection.
+    for _ in range(3):
+        A = np.column_stack([np.ones_like(k), k])
+        (offset, period), *_ = np.linalg.lstsq(A, mid, rcond=None)
+        resid = mid - (offset + period * k)
+        keep = np.abs(resid) < max(4 * np.std(resid), read_gap_s)
+        if keep.all():
+            break
+        mid, k = mid[keep], k[keep]
+    if not (0.5 * period0 < period < 1.5 * period0) or len(mid) < min_updates:
+        return RefreshEstimate(
+            signal, period0, float(mid[0] % period0), float("nan"), len(lo), read_gap_s, "median"
+        )
+    # Brackets are uniform over their width: the midpoint error alone has std gap/sqrt(12).
+    jitter = float(np.sqrt(max(np.var(resid) - read_gap_s**2 / 12.0, 0.0)))
+    return RefreshEstimate(
+        signal, float(period), float(offset % period), jitter, len(lo), read_gap_s, "grid"
+    )
+
+
+def _refine_period(mid_s: np.ndarray, period0_s: float) -> float:
+    """The period near `period0_s` at which the update times line up best (phase coherence).
+
+    A period off by a tiny fraction drifts by whole periods over a long run, so rounding
+    (t - t0) / period would mislabel refreshes; maximizing the resultant length of the phases
+    exp(2πi t / T) over a fine grid of T finds the period that keeps every update in phase.
+    """
+    span_s = float(mid_s[-1] - mid_s[0])
+    if span_s <= 0:
+        return period0_s
+    # Resolution of the peak is about T²/span; search ±2 % in steps a tenth of that, coarse to fine.
+    center, half = period0_s, 0.02 * period0_s
+    for _ in range(4):
+        grid = np.linspace(center - half, center + half, 201)
+        phase = np.exp(2j * np.pi * mid_s[None, :] / grid[:, None])
+        coherence = np.abs(phase.mean(axis=1))
+        center = float(grid[int(np.argmax(coherence))])
+        half = max(half / 20.0, 0.1 * period0_s**2 / span_s)
+        if half <= 0.1 * period0_s**2 / span_s:
+            grid = np.linspace(center - half, center + half, 201)
+            phase = np.exp(2j * np.pi * mid_s[None, :] / grid[:, None])
+            return float(grid[int(np.argmax(np.abs(phase.mean(axis=1))))])
+    return center
+
+
+def detect_device_refresh(samples, device: str) -> RefreshEstimate | None:
+    """Best refresh estimate for one device of a samples DataFrame, trying REFRESH_SIGNALS."""
+    d = samples[samples["device"] == device]
+    for signal in REFRESH_SIGNALS:
+        if signal not in d.columns or d[signal].notna().sum() < 10:
+            continue
+        est = detect_refresh(d["t_s"].to_numpy(), d[signal].to_numpy(), signal)
+        if est is not None:
+            return est
+    return None
+
+
+def counter_points(
+    t_s: np.ndarray, energy_j: np.ndarray, grid: RefreshEstimate | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """The counter as (refresh instant, cumulative joules) points, one per distinct value.
+
+    Each value is placed at the last grid instant before the read that first returned it; with no
+    grid, at that read's time (late by up to one refresh period: callers must widen their bounds).
+    """
+    t_s = np.asarray(t_s, dtype=float)
+    e = np.asarray(energy_j, dtype=float)
+    ok = ~np.isnan(e)
+    t, e = t_s[ok], e[ok]
+    if len(t) == 0:
+        return t, e
+    first = np.concatenate([[True], e[1:] != e[:-1]])
+    t, e = t[first], e[first]
+    if grid is None:
+        return t, e
+    k = np.floor((t - grid.offset_s) / grid.period_s)
+    tau = grid.offset_s + k * grid.period_s
+    # Two distinct values cannot share a refresh: if they do (a read right at a refresh
+    # instant, within jitter), the earlier value belongs to the refresh before.
+    for i in range(len(tau) - 1, 0, -1):
+        if tau[i - 1] >= tau[i]:
+            tau[i - 1] = tau[i] - grid.period_s
+    return tau, e

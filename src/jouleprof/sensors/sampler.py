@@ -1,0 +1,271 @@
+"""Background reads of every sensor at a fixed interval, written out as they happen.
+
+The cheap fields (power, utilization, memory, clock, temperature) are read every interval.
+A slow energy counter (NVML's blocks for ~3 ms) is read no more often than the sensor
+refreshes: right after a poll that saw the power fields change (a refresh just happened, so the
+counter holds the value of that refresh), or once a refresh period has passed without one.
+Every sample is stamped on one monotonic clock at the middle of its read.
+
+Samples go to a sink in batches (a CSV file in a run directory), so memory stays bounded for runs
+of days; `stats` reports what sampling cost.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Protocol
+
+from jouleprof.clock import Clock, MonotonicClock
+from jouleprof.errors import SensorError
+from jouleprof.sensors.base import Sensor
+from jouleprof.types import Reading, Sample
+
+log = logging.getLogger(__name__)
+
+
+class SampleSink(Protocol):
+    def write(self, samples: Sequence[Sample]) -> None: ...
+
+    def flush(self) -> None: ...
+
+
+class ListSink:
+    """Keeps samples in memory: for tests and short API measurements."""
+
+    def __init__(self) -> None:
+        self.samples: list[Sample] = []
+
+    def write(self, samples: Sequence[Sample]) -> None:
+        self.samples.extend(samples)
+
+    def flush(self) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class SamplerConfig:
+    """How often to read."""
+
+    interval_s: float = 0.02
+    """Mean period of the cheap reads."""
+    dither: float = 0.25
+    """Each wait is interval_s × U(1 - dither, 1 + dither), so that reads never lock onto the
+    sensor's refresh grid and the refresh instants can be located to a fraction of the interval."""
+    counter_interval_s: float | None = None
+    """Least time between reads of a slow counter; None: 0.9 × the sensor's refresh period."""
+    flush_every_s: float = 1.0
+    """How often buffered samples are handed to the sink (and so survive a crash)."""
+
+    def __post_init__(self) -> None:
+        if not self.interval_s > 0:
+            raise ValueError(f"interval_s must be > 0 seconds, got {self.interval_s}")
+        if not 0 <= self.dither < 1:
+            raise ValueError(f"dither must be in [0, 1), got {self.dither}")
+        if self.counter_interval_s is not None and self.counter_interval_s < 0:
+            raise ValueError(f"counter_interval_s must be ≥ 0, got {self.counter_interval_s}")
+        if not self.flush_every_s > 0:
+            raise ValueError(f"flush_every_s must be > 0, got {self.flush_every_s}")
+
+
+@dataclass
+class SamplerStats:
+    """What sampling cost, reported in run.json."""
+
+    n_polls: int = 0
+    n_reads: int = 0
+    n_counter_reads: int = 0
+    n_read_errors: int = 0
+    n_late_polls: int = 0
+    """Polls that started more than one interval late (the thread was starved)."""
+    wall_s: float = 0.0
+    thread_cpu_s: float = 0.0
+    read_time_s: float = 0.0
+    """Host time spent inside sensor reads, counter reads included."""
+    counter_read_time_s: float = 0.0
+    max_counter_read_s: float = 0.0
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def cpu_fraction_of_core(self) -> float | None:
+        return self.thread_cpu_s / self.wall_s if self.wall_s > 0 else None
+
+    @property
+    def mean_counter_read_s(self) -> float | None:
+        return self.counter_read_time_s / self.n_counter_reads if self.n_counter_reads else None
+
+    def to_json(self) -> dict[str, object]:
+        d = asdict(self)
+        d["errors"] = self.errors[:20]
+        d["cpu_fraction_of_core"] = self.cpu_fraction_of_core
+        d["mean_counter_read_s"] = self.mean_counter_read_s
+        return d
+
+
+@dataclass
+class _DeviceState:
+    sensor: Sensor
+    device: str
+    counter_gap_s: float
+    """Least time between counter reads (0 for a cheap counter)."""
+    slow_counter: bool
+    last_counter_t_s: float = float("-inf")
+    last_fast: tuple[float | None, float | None] | None = None
+    changed_last_poll: bool = True
+
+
+class Sampler:
+    """Reads `sensors` every `config.interval_s` on a background thread (or on demand).
+
+    Use as a context manager, or call `start()`/`stop()`. Tests drive `poll_once()` directly
+    with a `ManualClock` to sample in virtual time.
+    """
+
+    def __init__(
+        self,
+        sensors: Sequence[Sensor],
+        sink: SampleSink | None = None,
+        config: SamplerConfig | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        self.config = config or SamplerConfig()
+        self.clock = clock or MonotonicClock()
+        self.sink = sink if sink is not None else ListSink()
+        self.stats = SamplerStats()
+        self._devices = [
+            _DeviceState(s, d, self._counter_gap_s(s), s.counter_read_is_slow)
+            for s in sensors
+            for d in s.devices
+        ]
+        self._buffer: list[Sample] = []
+        self._last_flush_s = float("-inf")
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._lock = threading.Lock()  # poll_once from the thread vs. the final poll in stop()
+
+    def _counter_gap_s(self, sensor: Sensor) -> float:
+        if not sensor.counter_read_is_slow:
+            return 0.0
+        if self.config.counter_interval_s is not None:
+            return self.config.counter_interval_s
+        return 0.9 * (sensor.nominal_refresh_s or 0.1)
+
+    @property
+    def devices(self) -> list[str]:
+        return [d.device for d in self._devices]
+
+    def _wants_counter(self, st: _DeviceState, now_s: float, force: bool) -> bool:
+        if force or not st.slow_counter:
+            return True
+        since = now_s - st.last_counter_t_s
+        if since < st.counter_gap_s:
+            return False
+        # A refresh was seen (the counter now holds a fresh value), or none was seen for a
+        # while (the power fields can repeat a value exactly, e.g. at idle).
+        return st.changed_last_poll or since >= 1.2 * st.counter_gap_s
+
+    def poll_once(self, force_counter: bool = False) -> list[Sample]:
+        """Read every device once; returns the samples (also queued for the sink)."""
+        with self._lock:
+            out: list[Sample] = []
+            for st in self._devices:
+                t_before = self.clock.now_s()
+                counter = self._wants_counter(st, t_before, force_counter)
+                p0 = time.perf_counter()
+                try:
+                    reading = st.sensor.read(st.device, counter)
+                except SensorError as e:
+                    self.stats.n_read_errors += 1
+                    if len(self.stats.errors) < 100:
+                        self.stats.errors.append(f"{st.device}: {e}")
+                    log.warning("sensor read failed on %s: %s", st.device, e)
+                    continue
+                dt = time.perf_counter() - p0
+                t_s = 0.5 * (t_before + self.clock.now_s())
+                self.stats.n_reads += 1
+                self.stats.read_time_s += dt
+                if counter and reading.energy_j is not None:
+                    st.last_counter_t_s = t_before
+                    if st.slow_counter:
+                        self.stats.n_counter_reads += 1
+                        self.stats.counter_read_time_s += dt
+                        self.stats.max_counter_read_s = max(self.stats.max_counter_read_s, dt)
+                self._note_refresh(st, reading)
+                out.append(Sample.of(t_s, st.device, reading))
+            self.stats.n_polls += 1
+            self._buffer.extend(out)
+            now_s = self.clock.now_s()
+            if now_s - self._last_flush_s >= self.config.flush_every_s:
+                self._flush_locked(now_s)
+            return out
+
+    @staticmethod
+    def _note_refresh(st: _DeviceState, reading: Reading) -> None:
+        fast = (reading.power_instant_w, reading.power_w)
+        st.changed_last_poll = st.last_fast is None or fast != st.last_fast
+        st.last_fast = fast
+
+    def _flush_locked(self, now_s: float) -> None:
+        if self._buffer:
+            self.sink.write(self._buffer)
+            self._buffer = []
+        self.sink.flush()
+        self._last_flush_s = now_s
+
+    def flush(self) -> None:
+        with self._lock:
+            self._flush_locked(self.clock.now_s())
+
+    # -- background thread -------------------------------------------------------------------
+
+    def start(self) -> Sampler:
+        if self._thread is not None:
+            raise RuntimeError("Sampler.start() called twice")
+        self._stop.clear()
+        self.poll_once(force_counter=True)  # the run's first edge: every counter read
+        self._thread = threading.Thread(target=self._loop, name="jouleprof-sampler", daemon=True)
+        self._wall0 = time.perf_counter()
+        self._thread.start()
+        return self
+
+    def _loop(self) -> None:
+        cpu0 = time.thread_time()
+        interval, dither = self.config.interval_s, self.config.dither
+        rng = random.Random(0x6A70)
+        next_s = self.clock.now_s() + interval
+        try:
+            while not self._stop.is_set():
+                wait = next_s - self.clock.now_s()
+                if wait > 0 and self._stop.wait(wait):
+                    break
+                self.poll_once()
+                next_s += interval * rng.uniform(1.0 - dither, 1.0 + dither)
+                now_s = self.clock.now_s()
+                if now_s > next_s + interval:  # starved: skip, don't burst to catch up
+                    self.stats.n_late_polls += 1
+                    next_s = now_s + interval
+        except Exception as e:  # never let a sampler failure kill the measured workload
+            log.exception("sampler thread stopped")
+            self.stats.errors.append(f"sampler thread stopped: {e!r}")
+        finally:
+            self.stats.thread_cpu_s += time.thread_time() - cpu0
+
+    def stop(self) -> None:
+        """Stop the thread, take a last reading of every counter, and flush to the sink."""
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+            self.stats.wall_s += time.perf_counter() - self._wall0
+            self._thread = None
+        self.poll_once(force_counter=True)  # the run's last edge
+        self.flush()
+
+    def __enter__(self) -> Sampler:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,221 @@
+"""A simulated GPU: a known power schedule seen through a realistic sensor model.
+
+The true power is piecewise constant (`PowerSchedule`). The sensor model reproduces how NVML
+behaves on recent NVIDIA GPUs (shared/FACTS.md):
+
+- every signal updates only at refresh instants, about every 100 ms, and those instants jitter;
+- the "instant" power field averages only a short window (about 25 ms) before each refresh;
+- the default power reading is a 1 s running average;
+- the cumulative energy counter integrates all of the power, in whole millijoules.
+
+Tests and the attribution benchmarks use it because its truth is known exactly; it is part of
+the package so users can check attribution methods on their own schedules.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from jouleprof.clock import Clock
+from jouleprof.sensors.base import SIGNALS, SignalInfo
+from jouleprof.types import Reading
+
+
+class PowerSchedule:
+    """True power as a piecewise-constant function of time, extended as a workload runs.
+
+    Before the first segment and after the last one the device draws `idle_w`.
+    """
+
+    def __init__(self, idle_w: float = 90.0, start_s: float = 0.0) -> None:
+        if idle_w < 0:
+            raise ValueError(f"idle_w must be ≥ 0, got {idle_w}")
+        self.idle_w = idle_w
+        self._edges_s: list[float] = [start_s]
+        self._power_w: list[float] = []
+        self._cum_j: list[float] = [0.0]  # energy from start_s to each edge
+
+    @property
+    def start_s(self) -> float:
+        return self._edges_s[0]
+
+    @property
+    def end_s(self) -> float:
+        return self._edges_s[-1]
+
+    def append(self, duration_s: float, power_w: float) -> None:
+        """Draw `power_w` for `duration_s` after the current end of the schedule."""
+        if duration_s < 0 or power_w < 0:
+            raise ValueError(f"duration_s and power_w must be ≥ 0, got {duration_s}, {power_w}")
+        if duration_s == 0:
+            return
+        self._cum_j.append(self._cum_j[-1] + duration_s * power_w)
+        self._edges_s.append(self._edges_s[-1] + duration_s)
+        self._power_w.append(power_w)
+
+    def power_at_w(self, t_s: float) -> float:
+        i = bisect.bisect_right(self._edges_s, t_s) - 1
+        if i < 0 or i >= len(self._power_w):
+            return self.idle_w
+        return self._power_w[i]
+
+    def energy_until_j(self, t_s: float) -> float:
+        """Energy drawn from the schedule's start to `t_s` (idle power outside the segments)."""
+        start, end = self._edges_s[0], self._edges_s[-1]
+        if t_s <= start:
+            return -(start - t_s) * self.idle_w
+        if t_s >= end:
+            return self._cum_j[-1] + (t_s - end) * self.idle_w
+        i = bisect.bisect_right(self._edges_s, t_s) - 1
+        return self._cum_j[i] + (t_s - self._edges_s[i]) * self._power_w[i]
+
+    def energy_j(self, t0_s: float, t1_s: float) -> float:
+        """Exact energy of the window [t0_s, t1_s]."""
+        return self.energy_until_j(t1_s) - self.energy_until_j(t0_s)
+
+    def mean_power_w(self, t0_s: float, t1_s: float) -> float:
+        if t1_s <= t0_s:
+            return self.power_at_w(t0_s)
+        return self.energy_j(t0_s, t1_s) / (t1_s - t0_s)
+
+
+@dataclass(frozen=True)
+class SensorModel:
+    """How the simulated sensor sees the true power."""
+
+    refresh_s: float = 0.1
+    """Nominal period between updates of every signal."""
+    refresh_jitter_s: float = 0.002
+    """Standard deviation of each refresh instant around its nominal grid point."""
+    instant_window_s: float = 0.025
+    """The instant power field averages this much time before each refresh."""
+    average_window_s: float = 1.0
+    """The default power reading is a running average over this window."""
+    counter_resolution_j: float = 0.001
+    """The energy counter counts whole millijoules."""
+    phase_offset_s: float | None = None
+    """Offset of the first refresh; None draws it at random in [0, refresh_s)."""
+
+    def __post_init__(self) -> None:
+        if self.refresh_s <= 0:
+            raise ValueError(f"refresh_s must be > 0, got {self.refresh_s}")
+        if not 0 <= self.refresh_jitter_s < self.refresh_s / 4:
+            raise ValueError(
+                f"refresh_jitter_s must be in [0, refresh_s/4), got {self.refresh_jitter_s}"
+            )
+        if not 0 < self.instant_window_s <= self.refresh_s:
+            raise ValueError(
+                f"instant_window_s must be in (0, refresh_s], got {self.instant_window_s}"
+            )
+        if self.average_window_s <= 0 or self.counter_resolution_j <= 0:
+            raise ValueError("average_window_s and counter_resolution_j must be > 0")
+
+
+class SimulatedGPU:
+    """A `Sensor` for one simulated GPU whose true power is `schedule`, read on `clock`.
+
+    Args:
+        schedule: the true power over time (the workload extends it as it runs).
+        clock: the clock the sampler stamps reads with; the sensor returns the values of the
+            last refresh at or before `clock.now_s()`.
+        model: the sensor's behaviour.
+        seed: seeds the refresh jitter and the random phase offset.
+        device: the device name written to samples.csv.
+        mem_used_bytes: a constant memory figure to report.
+    """
+
+    kind = "simulated"
+    counter_read_is_slow = True
+
+    def __init__(
+        self,
+        schedule: PowerSchedule,
+        clock: Clock,
+        model: SensorModel | None = None,
+        seed: int = 0,
+        device: str = "gpu0",
+        mem_used_bytes: int = 8 * 1024**3,
+    ) -> None:
+        self.schedule = schedule
+        self.clock = clock
+        self.model = model or SensorModel()
+        self._rng = np.random.default_rng(seed)
+        offset = self.model.phase_offset_s
+        if offset is None:
+            offset = float(self._rng.uniform(0.0, self.model.refresh_s))
+        self._offset_s = offset
+        self._refresh_s: list[float] = []  # refresh instants generated so far
+        self._device = device
+        self._mem_used_bytes = mem_used_bytes
+        self.n_reads = 0
+        self.n_counter_reads = 0
+
+    @property
+    def devices(self) -> tuple[str, ...]:
+        return (self._device,)
+
+    @property
+    def nominal_refresh_s(self) -> float:
+        return self.model.refresh_s
+
+    def signals(self) -> list[SignalInfo]:
+        notes = {
+            "power_w": f"simulated {self.model.average_window_s:g} s running average",
+            "power_instant_w": f"simulated {self.model.instant_window_s * 1e3:g} ms window",
+            "energy_j": f"simulated counter, {self.model.counter_resolution_j * 1e3:g} mJ steps",
+        }
+        return [SignalInfo(self._device, s, True, notes.get(s)) for s in SIGNALS]
+
+    def refresh_instants_s(self, until_s: float) -> list[float]:
+        """The (true, jittered) refresh instants up to `until_s`; attribution never sees these."""
+        self._extend_refreshes(until_s)
+        return [t for t in self._refresh_s if t <= until_s]
+
+    def _extend_refreshes(self, until_s: float) -> None:
+        m = self.model
+        while not self._refresh_s or self._refresh_s[-1] <= until_s:
+            k = len(self._refresh_s)
+            t = self._offset_s + k * m.refresh_s + float(self._rng.normal(0.0, m.refresh_jitter_s))
+            if self._refresh_s:
+                t = max(t, self._refresh_s[-1] + 1e-6)
+            self._refresh_s.append(t)
+
+    def _last_refresh_s(self, now_s: float) -> float | None:
+        self._extend_refreshes(now_s)
+        i = bisect.bisect_right(self._refresh_s, now_s) - 1
+        return self._refresh_s[i] if i >= 0 else None
+
+    def read(self, device: str, counter: bool) -> Reading:
+        if device != self._device:
+            raise ValueError(f"simulated sensor has device {self._device!r}, not {device!r}")
+        m = self.model
+        now_s = self.clock.now_s()
+        tau = self._last_refresh_s(now_s)
+        if tau is None:  # before the first refresh: the values of the origin
+            tau = self.schedule.start_s
+        sched = self.schedule
+        self.n_reads += 1
+        energy_j = None
+        if counter:
+            self.n_counter_reads += 1
+            res = m.counter_resolution_j
+            energy_j = math.floor(sched.energy_until_j(tau) / res + 1e-9) * res
+        inst_w = sched.mean_power_w(tau - m.instant_window_s, tau)
+        avg_w = sched.mean_power_w(tau - m.average_window_s, tau)
+        busy = sched.power_at_w(tau) > sched.idle_w * 1.2
+        return Reading(
+            power_w=round(avg_w, 3),  # NVML reports whole milliwatts
+            power_instant_w=round(inst_w, 3),
+            energy_j=energy_j,
+            util_pct=100.0 if busy else 0.0,
+            mem_used_bytes=self._mem_used_bytes,
+            sm_clock_mhz=1980.0 if busy else 345.0,
+            temp_c=30.0 + 0.04 * avg_w,
+        )
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,140 @@
+"""A simulated training run on the simulated GPU, sampled in virtual time, with its true answer.
+
+Each step runs the given phases in order, each at its own constant power, with durations that
+vary a little from step to step; the sampler reads the simulated sensor at its interval, picked
+up a few milliseconds late, exactly as on real hardware. The result holds what a real run
+directory would (samples and spans) plus the truth that attribution should recover.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from jouleprof.clock import ManualClock
+from jouleprof.sensors.sampler import ListSink, Sampler, SamplerConfig
+from jouleprof.sensors.simulated import PowerSchedule, SensorModel, SimulatedGPU
+from jouleprof.types import Sample, Span
+
+
+@dataclass(frozen=True)
+class PhaseSpec:
+    """One phase of the simulated step."""
+
+    name: str
+    duration_s: float
+    power_w: float
+    duration_jitter: float = 0.05
+    """Relative standard deviation of the phase's duration from step to step."""
+
+    def __post_init__(self) -> None:
+        if self.duration_s <= 0 or self.power_w < 0 or not 0 <= self.duration_jitter < 0.5:
+            raise ValueError(f"bad PhaseSpec {self}: need duration_s > 0, power_w ≥ 0, jitter<0.5")
+
+
+@dataclass
+class SimulatedRun:
+    samples: list[Sample]
+    spans: list[Span]
+    schedule: PowerSchedule
+    true_energy_j: dict[str, float]
+    """Energy of each phase summed over all steps (and "idle" for time no phase covers)."""
+    true_time_s: dict[str, float]
+    steps: int
+    sensor: SimulatedGPU
+    extra: dict[str, float] = field(default_factory=dict)
+
+    def samples_frame(self):
+        import pandas as pd
+
+        from jouleprof.types import SAMPLE_COLUMNS
+
+        return pd.DataFrame([s.row() for s in self.samples], columns=list(SAMPLE_COLUMNS))
+
+    def spans_frame(self):
+        import pandas as pd
+
+        from jouleprof.types import SPAN_COLUMNS
+
+        return pd.DataFrame([s.row() for s in self.spans], columns=list(SPAN_COLUMNS))
+
+    def true_energy_in_steps_j(self, steps: set[int]) -> dict[str, float]:
+        out: dict[str, float] = defaultdict(float)
+        for sp in self.spans:
+            if sp.step in steps:
+                out[sp.phase] += self.schedule.energy_j(sp.t0_s, sp.t1_s)
+        return dict(out)
+
+
+def simulate_training(
+    phases: Sequence[PhaseSpec],
+    steps: int,
+    *,
+    gap_s: float = 0.0,
+    idle_w: float = 90.0,
+    lead_s: float = 1.0,
+    model: SensorModel | None = None,
+    interval_s: float = 0.02,
+    pickup_delay_s: float = 0.003,
+    span_noise_s: float = 0.0,
+    seed: int = 0,
+) -> SimulatedRun:
+    """Simulate `steps` training steps and sample them.
+
+    Args:
+        phases: the phases of one step, in order.
+        steps: how many steps.
+        gap_s: idle time between steps, covered by no phase.
+        idle_w: power before, between (gap) and after the steps.
+        lead_s: idle time before the first step and after the last.
+        model: the sensor model (defaults: 100 ms refresh with jitter, 25 ms instant window).
+        interval_s: the sampler's interval.
+        pickup_delay_s: each poll starts up to this much late (uniform), like a real thread;
+            the waits are dithered as the real sampler's are.
+        span_noise_s: standard deviation of the error on each recorded span edge (the mapping of
+            device timestamps onto the host clock is not perfect).
+        seed: seeds durations, the sensor's jitter and the sampler's delays.
+    """
+    if steps < 1:
+        raise ValueError(f"steps must be ≥ 1, got {steps}")
+    rng = np.random.default_rng(seed)
+    schedule = PowerSchedule(idle_w=idle_w)
+    schedule.append(lead_s, idle_w)
+    spans: list[Span] = []
+    true_e: dict[str, float] = defaultdict(float)
+    true_t: dict[str, float] = defaultdict(float)
+    for step in range(steps):
+        for ph in phases:
+            d = ph.duration_s * max(0.2, 1.0 + rng.normal(0.0, ph.duration_jitter))
+            t0 = schedule.end_s
+            schedule.append(d, ph.power_w)
+            t1 = schedule.end_s
+            n0, n1 = rng.normal(0.0, span_noise_s, 2) if span_noise_s > 0 else (0.0, 0.0)
+            spans.append(Span(step, ph.name, t0 + n0, max(t1 + n1, t0 + n0)))
+            true_e[ph.name] += d * ph.power_w
+            true_t[ph.name] += d
+        if gap_s > 0:
+            schedule.append(gap_s, idle_w)
+            true_e["idle"] += gap_s * idle_w
+            true_t["idle"] += gap_s
+    schedule.append(lead_s, idle_w)
+
+    clock = ManualClock()
+    gpu = SimulatedGPU(schedule, clock, model, seed=seed + 1)
+    sink = ListSink()
+    sampler = Sampler([gpu], sink, SamplerConfig(interval_s=interval_s), clock=clock)
+    end = schedule.end_s
+    dither = sampler.config.dither
+    t, first = 0.0, True
+    while t < end:
+        clock.advance_s(max(t - clock.now_s(), 0.0))
+        last = t + interval_s * (1 + dither) >= end
+        sampler.poll_once(force_counter=first or last)
+        first = False
+        t += interval_s * float(rng.uniform(1 - dither, 1 + dither))
+        t += float(rng.uniform(0.0, pickup_delay_s))  # the thread wakes a little late
+    sampler.flush()
+    return SimulatedRun(sink.samples, spans, schedule, dict(true_e), dict(true_t), steps, gpu)

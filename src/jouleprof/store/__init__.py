@@ -1,0 +1,1 @@
+"""Reading and writing run directories: the contract between jouleprof's parts."""
