@@ -1,0 +1,406 @@
+"""NVIDIA GPUs through NVML (package nvidia-ml-py, imported as `pynvml` only when a sensor opens).
+
+Devices are named "gpu{i}" with i the index the user sees under CUDA_VISIBLE_DEVICES, which may
+hold integers, GPU UUIDs (or unique prefixes of them) and MIG UUIDs; each is mapped to the physical
+NVML handle. UUIDs are compared in memory only, never stored, logged or put in a message.
+
+Signals (shared/FACTS.md: on an H200 all power signals refresh about every 100 ms):
+- power_w: nvmlDeviceGetPowerUsage, a 1 s running average on Ampere (except A100) and newer.
+- power_instant_w: field NVML_FI_DEV_POWER_INSTANT (186).
+- energy_j: nvmlDeviceGetTotalEnergyConsumption, read only when asked (it blocks ~3 ms).
+- util_pct, mem_used_bytes, sm_clock_mhz, temp_c.
+Every NVML error is mapped to a `SensorError` here, with what failed and how to fix it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from jouleprof.errors import SensorError, SensorUnavailable
+from jouleprof.sensors.base import SignalInfo
+from jouleprof.types import Reading
+from jouleprof.units import MJ_PER_J, MW_PER_W
+
+log = logging.getLogger(__name__)
+
+POWER_INSTANT_FIELD = 186  # NVML_FI_DEV_POWER_INSTANT (nvml.h)
+NOMINAL_REFRESH_S = 0.1  # documented update period of NVML power and energy on recent GPUs
+
+# nvmlValueType_t (nvml.h) -> member of the nvmlValue_t union that holds the value.
+_UNION_MEMBER = {
+    0: "dVal",
+    1: "uiVal",
+    2: "ulVal",
+    3: "ullVal",
+    4: "sllVal",
+    5: "siVal",
+    6: "usVal",
+}
+
+# NVML return codes meaning "this signal does not exist here" rather than "something broke".
+_NOT_SUPPORTED, _NO_PERMISSION, _FUNCTION_NOT_FOUND, _INVALID_ARGUMENT = 3, 4, 13, 2
+_UNSUPPORTED_CODES = frozenset({_NOT_SUPPORTED, _NO_PERMISSION, _FUNCTION_NOT_FOUND})
+_SIGNAL_NOTES = {
+    "power_w": "nvmlDeviceGetPowerUsage: a 1 s running average on Ampere (except A100) and newer",
+    "power_instant_w": "NVML field POWER_INSTANT (186): a short-window power reading",
+    "energy_j": "nvmlDeviceGetTotalEnergyConsumption: cumulative since driver load; read ~3 ms",
+}
+
+
+def import_pynvml() -> Any:
+    """Import pynvml, or raise SensorUnavailable saying how to install it."""
+    try:
+        import pynvml
+    except ImportError as err:
+        raise SensorUnavailable(
+            "pynvml is not installed — `pip install nvidia-ml-py` to measure NVIDIA GPUs"
+        ) from err
+    return pynvml
+
+
+def map_nvml_error(err: Exception, what: str) -> SensorError:
+    """Turn a pynvml.NVMLError into a SensorError that says what failed and how to fix it."""
+    code = getattr(err, "value", None)
+    fixes = {
+        12: "NVIDIA driver not loaded: libnvidia-ml.so not found — install the NVIDIA driver "
+        "or run on a machine with an NVIDIA GPU",
+        9: "NVIDIA driver not loaded — load the kernel module (`nvidia-smi` should work) "
+        "or run on a machine with an NVIDIA GPU",
+        18: "the NVIDIA driver and libnvidia-ml.so differ in version (a driver update "
+        "without reboot?) — reboot or reload the nvidia kernel module",
+        _NO_PERMISSION: "permission denied by NVML — run as a user allowed to use /dev/nvidia*",
+        _NOT_SUPPORTED: "not supported by this GPU or driver",
+        _FUNCTION_NOT_FOUND: "the NVIDIA driver is too old for this query — update the driver",
+        15: "the GPU has fallen off the bus — check `nvidia-smi` and `dmesg`; reset the GPU or "
+        "reboot",
+        1: "NVML is not initialised (the sensor was closed?) — open a new sensor",
+    }
+    unavailable = code in (12, 9, 18, _NO_PERMISSION, _NOT_SUPPORTED, _FUNCTION_NOT_FOUND)
+    fix = fixes.get(code, f"NVML error {code} ({err}) — check that `nvidia-smi` works")
+    cls = SensorUnavailable if unavailable else SensorError
+    return cls(f"{what} failed: {fix}")
+
+
+def decode_field_value(value: Any) -> float | None:
+    """The number in an nvmlFieldValue_t, or None when NVML returned an error for that field."""
+    if value.nvmlReturn != 0:
+        return None
+    member = _UNION_MEMBER.get(value.valueType)
+    return None if member is None else float(getattr(value.value, member))
+
+
+def parse_visible_devices(value: str | None) -> list[str] | None:
+    """The entries of CUDA_VISIBLE_DEVICES, or None when it is unset (every GPU visible).
+
+    Like CUDA, parsing stops at the first invalid entry (a negative number, an unknown word).
+    """
+    if value is None:
+        return None
+    tokens: list[str] = []
+    for raw in value.split(","):
+        token = raw.strip()
+        if token.isdigit():
+            tokens.append(str(int(token)))
+        elif token.startswith(("GPU-", "MIG-")):
+            tokens.append(token)
+        else:
+            break
+    return tokens
+
+
+def redact_visible_devices(value: str | None) -> str | None:
+    """CUDA_VISIBLE_DEVICES with every UUID replaced by a placeholder, safe to record or print."""
+    if value is None:
+        return None
+    out = []
+    for raw in value.split(","):
+        token = raw.strip()
+        if token.isdigit() or not token:
+            out.append(token)
+        else:
+            out.append(f"{token[:3]}-<uuid>" if token.startswith(("GPU-", "MIG-")) else "<other>")
+    return ",".join(out)
+
+
+@dataclass
+class _Gpu:
+    name: str
+    handle: Any
+    physical_index: int
+    note: str | None = None
+    readers: list[tuple[str, Callable[[Any], Any]]] = field(default_factory=list)
+    counter: Callable[[Any], float] | None = None
+    infos: list[SignalInfo] = field(default_factory=list)
+
+
+def _uuid(nv: Any, handle: Any) -> str:
+    u = nv.nvmlDeviceGetUUID(handle)
+    return u.decode() if isinstance(u, bytes) else str(u)
+
+
+def _match_uuid(nv: Any, token: str, handles: list[Any]) -> tuple[int, str | None] | None:
+    """Physical index (and a note) of the GPU a UUID entry names, or None if none matches."""
+    if token.startswith("MIG-GPU-"):  # legacy form MIG-GPU-<uuid>/<gi>/<ci>
+        token = token[4:].split("/")[0]
+    if token.startswith("GPU-"):
+        hits = [i for i, h in enumerate(handles) if _uuid(nv, h).startswith(token)]
+        return (hits[0], None) if len(hits) == 1 else None
+    for i, h in enumerate(handles):  # a MIG instance: measure its physical GPU
+        try:
+            n_mig = nv.nvmlDeviceGetMaxMigDeviceCount(h)
+        except nv.NVMLError:
+            continue
+        for m in range(n_mig):
+            try:
+                if _uuid(nv, nv.nvmlDeviceGetMigDeviceHandleByIndex(h, m)).startswith(token):
+                    return i, "a MIG instance: power, energy and utilisation are of the whole GPU"
+            except nv.NVMLError:
+                continue
+    return None
+
+
+def resolve_gpus(
+    nv: Any, gpus: Sequence[int] | None, environ: Mapping[str, str] | None = None
+) -> list[_Gpu]:
+    """Map user-visible GPU indices (all visible ones when None) to NVML handles.
+
+    Raises:
+        SensorError: an index that does not exist, named with the indices that do.
+    """
+    env = os.environ if environ is None else environ
+    raw = env.get("CUDA_VISIBLE_DEVICES")
+    tokens = parse_visible_devices(raw)
+    try:
+        handles = [nv.nvmlDeviceGetHandleByIndex(i) for i in range(nv.nvmlDeviceGetCount())]
+        visible: list[tuple[int, str | None]] = []
+        if tokens is None:
+            tokens = [str(i) for i in range(len(handles))]
+        for pos, token in enumerate(tokens):
+            hit = (int(token), None) if token.isdigit() else _match_uuid(nv, token, handles)
+            if hit is None or hit[0] >= len(handles):
+                log.warning(
+                    "CUDA_VISIBLE_DEVICES entry %d names no GPU on this machine; like CUDA, "
+                    "it and the entries after it are ignored",
+                    pos,
+                )
+                break
+            visible.append(hit)
+    except nv.NVMLError as err:
+        raise map_nvml_error(err, "listing NVIDIA GPUs") from err
+    n = len(visible)
+    wanted = list(range(n)) if gpus is None else list(gpus)
+    for i in wanted:
+        if not 0 <= i < n:
+            have = f"{n} GPU(s) visible (indices 0..{n - 1})" if n else "no GPU visible"
+            if raw is not None:
+                have += f" under CUDA_VISIBLE_DEVICES={redact_visible_devices(raw)!r}"
+            fix = "pass an index in that range" if n else "unset it or name an existing GPU"
+            raise SensorError(
+                f"GPU index {i} does not exist: this machine has {have} — {fix}, or change "
+                "CUDA_VISIBLE_DEVICES"
+            )
+    if len(set(wanted)) != len(wanted):
+        raise SensorError(f"GPU indices {wanted} name a GPU twice — list each GPU once")
+    return [_Gpu(f"gpu{i}", handles[visible[i][0]], visible[i][0], visible[i][1]) for i in wanted]
+
+
+class NvmlSensor:
+    """NVIDIA GPUs read through NVML. One nvmlInit per instance, undone by `close()`.
+
+    Args:
+        gpus: user-visible GPU indices (as under CUDA_VISIBLE_DEVICES); None for every visible GPU.
+        environ: where CUDA_VISIBLE_DEVICES is read from (default: os.environ).
+
+    Raises:
+        SensorUnavailable: no driver, no pynvml, or no GPU visible.
+        SensorError: a requested GPU index does not exist, or NVML failed.
+    """
+
+    kind = "nvml"
+    counter_read_is_slow = True
+    nominal_refresh_s = NOMINAL_REFRESH_S
+
+    def __init__(self, gpus: Sequence[int] | None = None, environ: Mapping[str, str] | None = None):
+        nv = import_pynvml()
+        try:
+            nv.nvmlInit()
+        except nv.NVMLError as err:
+            raise map_nvml_error(err, "opening NVML") from err
+        self._nv = nv
+        self._closed = False
+        try:
+            found = resolve_gpus(nv, gpus, environ)
+            if not found:
+                raise SensorUnavailable(
+                    "no NVIDIA GPU is visible (CUDA_VISIBLE_DEVICES is empty or names none) — "
+                    "unset it or list the GPUs to measure"
+                )
+            for gpu in found:
+                self._probe(gpu)
+        except BaseException:
+            self.close()
+            raise
+        self._gpus = {g.name: g for g in found}
+        self._devices = tuple(self._gpus)
+
+    @property
+    def devices(self) -> tuple[str, ...]:
+        return self._devices
+
+    def signals(self) -> list[SignalInfo]:
+        return [info for g in self._gpus.values() for info in g.infos]
+
+    def handle(self, device: str) -> Any:
+        """The NVML handle of `device`, for other NVML queries while the sensor is open."""
+        return self._gpu(device).handle
+
+    def _gpu(self, device: str) -> _Gpu:
+        if self._closed:
+            raise SensorError(f"reading {device}: the NVML sensor is closed — open a new one")
+        try:
+            return self._gpus[device]
+        except KeyError:
+            raise SensorError(
+                f"unknown device {device!r}: this sensor has {self._devices}"
+            ) from None
+
+    def _probe(self, gpu: _Gpu) -> None:
+        nv = self._nv
+        fields = [POWER_INSTANT_FIELD]
+
+        def instant(h: Any) -> float | None:
+            v = decode_field_value(nv.nvmlDeviceGetFieldValues(h, fields)[0])
+            return None if v is None else v / MW_PER_W
+
+        readers: list[tuple[str, Callable[[Any], Any]]] = [
+            ("power_w", lambda h: nv.nvmlDeviceGetPowerUsage(h) / MW_PER_W),
+            ("power_instant_w", instant),
+            ("util_pct", lambda h: float(nv.nvmlDeviceGetUtilizationRates(h).gpu)),
+            ("mem_used_bytes", lambda h: int(nv.nvmlDeviceGetMemoryInfo(h).used)),
+            ("sm_clock_mhz", lambda h: float(nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM))),
+            ("temp_c", lambda h: float(nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU))),
+            ("energy_j", lambda h: nv.nvmlDeviceGetTotalEnergyConsumption(h) / MJ_PER_J),
+        ]
+        for signal, fn in readers:
+            reason = self._probe_one(gpu, signal, fn)
+            if reason is None:
+                note = _SIGNAL_NOTES.get(signal)
+                if gpu.note and signal in ("power_w", "power_instant_w", "energy_j", "util_pct"):
+                    note = f"{note}; {gpu.note}" if note else gpu.note
+                gpu.infos.append(SignalInfo(gpu.name, signal, True, note))
+                if signal == "energy_j":
+                    gpu.counter = fn
+                else:
+                    gpu.readers.append((signal, fn))
+            else:
+                log.info("%s %s unavailable: %s", gpu.name, signal, reason)
+                gpu.infos.append(SignalInfo(gpu.name, signal, False, reason))
+
+    def _probe_one(self, gpu: _Gpu, signal: str, fn: Callable[[Any], Any]) -> str | None:
+        nv = self._nv
+        try:
+            if signal == "power_instant_w":
+                fv = nv.nvmlDeviceGetFieldValues(gpu.handle, [POWER_INSTANT_FIELD])[0]
+                if fv.nvmlReturn != 0:
+                    return f"NVML field POWER_INSTANT returned error {fv.nvmlReturn} on this GPU"
+                if fv.valueType not in _UNION_MEMBER:
+                    return f"NVML field POWER_INSTANT has unknown value type {fv.valueType}"
+            else:
+                fn(gpu.handle)
+        except nv.NVMLError as err:
+            if err.value in _UNSUPPORTED_CODES or err.value == _INVALID_ARGUMENT:
+                return str(map_nvml_error(err, f"reading {signal} of {gpu.name}"))
+            raise map_nvml_error(err, f"reading {signal} of {gpu.name}") from err
+        return None
+
+    def read(self, device: str, counter: bool) -> Reading:
+        """Read the cheap signals of `device`, and the energy counter too when `counter` is True.
+
+        Signals found unavailable when the sensor opened are None, never 0.
+        """
+        gpu = self._gpu(device)
+        h = gpu.handle
+        values: dict[str, Any] = {}
+        signal = ""
+        try:
+            for signal, fn in gpu.readers:
+                values[signal] = fn(h)
+            if counter and gpu.counter is not None:
+                signal = "energy_j"
+                values[signal] = gpu.counter(h)
+        except self._nv.NVMLError as err:
+            raise map_nvml_error(err, f"reading {signal} of {device}") from err
+        return Reading(**values)
+
+    def close(self) -> None:
+        """Shut NVML down for this instance; later reads raise SensorError. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._nv.nvmlShutdown()
+        except self._nv.NVMLError as err:
+            log.warning("nvmlShutdown failed: %s", err)
+
+    def __enter__(self) -> NvmlSensor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def gpu_processes(
+    sensor_or_indices: NvmlSensor | Sequence[int] | None,
+    environ: Mapping[str, str] | None = None,
+) -> list[dict[str, Any]]:
+    """The compute processes on the measured GPUs: another process there means a disturbed run.
+
+    Args:
+        sensor_or_indices: an open NvmlSensor, or user-visible GPU indices (None: all visible).
+        environ: where CUDA_VISIBLE_DEVICES is read from when indices are given.
+
+    Returns:
+        One dict per process and GPU: device, pid, used_memory_bytes (None where NVML does not
+        say), own (the pid is this process's; in a container with its own PID namespace NVML
+        reports host pids, so even our own process may show as not own).
+
+    Raises:
+        SensorError: NVML could not be opened or could not list processes.
+    """
+    if isinstance(sensor_or_indices, NvmlSensor):
+        sensor = sensor_or_indices
+        return _processes(sensor._nv, [sensor._gpu(d) for d in sensor.devices])
+    nv = import_pynvml()
+    try:
+        nv.nvmlInit()
+    except nv.NVMLError as err:
+        raise map_nvml_error(err, "opening NVML to list GPU processes") from err
+    try:
+        return _processes(nv, resolve_gpus(nv, sensor_or_indices, environ))
+    finally:
+        nv.nvmlShutdown()
+
+
+def _processes(nv: Any, gpus: list[_Gpu]) -> list[dict[str, Any]]:
+    own = os.getpid()
+    out = []
+    for gpu in gpus:
+        try:
+            procs = nv.nvmlDeviceGetComputeRunningProcesses(gpu.handle)
+        except nv.NVMLError as err:
+            raise map_nvml_error(err, f"listing the processes on {gpu.name}") from err
+        for p in procs:
+            used = getattr(p, "usedGpuMemory", None)
+            out.append(
+                {
+                    "device": gpu.name,
+                    "pid": int(p.pid),
+                    "used_memory_bytes": None if used is None else int(used),
+                    "own": int(p.pid) == own,
+                }
+            )
+    return out

@@ -1,0 +1,73 @@
+"""hardware_record, environment_record and git_record: complete, honest and anonymous."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from jouleprof.hardware import environment_record, git_record, hardware_record
+
+
+def assert_anonymous(record: dict) -> None:
+    text = json.dumps(record)
+    assert socket.gethostname() not in text
+    assert "GPU-" not in text.replace("GPU-<uuid>", "")
+
+
+def test_hardware_record_keys_and_no_hostname() -> None:
+    record = hardware_record()
+    for key in ("gpus", "driver_version", "cpu", "ram_bytes", "os"):
+        assert key in record
+    assert set(record["cpu"]) >= {"model", "logical_cores", "physical_cores"}
+    assert record["ram_bytes"] > 0
+    assert record["os"]["kernel"]
+    gpus = record["gpus"]
+    if isinstance(gpus, dict):  # no GPU here: a reason, never a made-up GPU
+        assert gpus["value"] is None and gpus["reason"]
+    assert_anonymous(record)
+
+
+def test_environment_record() -> None:
+    env = {"CUDA_VISIBLE_DEVICES": "1,GPU-8932f937-d72c-4106-c12f-20bd9faed9f6"}
+    record = environment_record(env)
+    assert record["python"].count(".") == 2
+    assert record["jouleprof"]
+    assert record["cuda_visible_devices"] == "1,GPU-<uuid>"
+    assert set(record["packages"]) >= {"numpy", "pandas", "nvidia-ml-py", "torch"}
+    assert isinstance(record["packages"]["numpy"], str)
+    torch = record["torch"]
+    assert "version" in torch or torch["reason"]
+    assert environment_record({})["cuda_visible_devices"]["value"] is None
+    assert_anonymous(record)
+
+
+def git(path: Path, *args: str) -> None:
+    subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid", *args],
+        cwd=path,
+        check=True,
+        capture_output=True,
+    )
+
+
+def test_git_record(tmp_path: Path) -> None:
+    if shutil.which("git") is None:
+        pytest.skip("git not installed")
+    assert git_record(tmp_path)["revision"] is None
+    assert git_record(tmp_path)["reason"]
+    git(tmp_path, "init", "-q", "-b", "trunk")
+    assert "no commits" in git_record(tmp_path)["reason"]
+    (tmp_path / "a.txt").write_text("1")
+    git(tmp_path, "add", "a.txt")
+    git(tmp_path, "commit", "-q", "-m", "one")
+    record = git_record(tmp_path)
+    assert len(record["revision"]) == 40
+    assert record["dirty"] is False and record["branch"] == "trunk"
+    (tmp_path / "a.txt").write_text("2")
+    assert git_record(tmp_path)["dirty"] is True
+    assert_anonymous(git_record(tmp_path))
