@@ -1,0 +1,1 @@
+"""Training and inference workloads that mark their phases through a `PhaseMarker`."""
