@@ -1,7 +1,8 @@
 """The one monotonic clock every sample and span is stamped on.
 
 Times are seconds since the clock's origin (the start of a run), from `time.perf_counter_ns`,
-never wall-clock. Tests pass a `ManualClock` to drive simulated sensors and samplers in virtual time.
+never wall-clock. Tests pass a `ManualClock` to drive simulated sensors and samplers in
+virtual time.
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ from jouleprof.types import Figure, RunRecord, RunStatus
 log = logging.getLogger(__name__)
 
 DEFAULT_RUNS_DIR = "jouleprof-runs"
+TAIL_S = 0.3  # three refresh periods of NVML after the work ends
 
 
 @dataclass(frozen=True)
@@ -42,12 +43,17 @@ class MeasureConfig:
     """Also read CPU package/DRAM energy through Linux powercap where readable."""
     kind: str = "measure"
     """What produced the run, written to run.json."""
+    simulate_gpu_w: float | None = None
+    """Testing aid: also measure a simulated GPU ("sim0") drawing this constant power through
+    the realistic sensor model, so the whole path can be exercised on a machine without a GPU."""
 
     def __post_init__(self) -> None:
         if not self.interval_s > 0:
             raise ValueError(f"interval_s must be > 0 (got {self.interval_s}); try 0.02")
         if self.idle_s < 0:
             raise ValueError(f"idle_s must be ≥ 0 (got {self.idle_s})")
+        if self.simulate_gpu_w is not None and self.simulate_gpu_w < 0:
+            raise ValueError(f"simulate_gpu_w must be ≥ 0 watts, got {self.simulate_gpu_w}")
         if self.gpus is not None and any(i < 0 for i in self.gpus):
             raise ValueError(f"gpus must be non-negative indices, got {list(self.gpus)}")
 
@@ -78,6 +84,14 @@ def _machine_records(gpus: Sequence[int] | None) -> tuple[dict, dict, dict]:
     from jouleprof.hardware import environment_record, git_record, hardware_record
 
     return hardware_record(gpus), environment_record(), git_record(Path.cwd())
+
+
+def _simulated_gpu(power_w: float, clock: MonotonicClock):
+    from jouleprof.sensors.simulated import PowerSchedule, SimulatedGPU
+
+    schedule = PowerSchedule(idle_w=power_w)
+    schedule.append(7 * 24 * 3600.0, power_w)  # a week of constant draw
+    return SimulatedGPU(schedule, clock, device="sim0")
 
 
 def _gpu_sharing(sensors: list, when: str) -> dict[str, Any]:
@@ -134,10 +148,11 @@ def measure(
         )
         run_dir = RunDir.create(path, record)
         clock = MonotonicClock()
+        sensors = list(discovery.sensors)
+        if cfg.simulate_gpu_w is not None:
+            sensors.append(_simulated_gpu(cfg.simulate_gpu_w, clock))
         writer = run_dir.sample_writer()
-        sampler = Sampler(
-            discovery.sensors, writer, SamplerConfig(interval_s=cfg.interval_s), clock=clock
-        )
+        sampler = Sampler(sensors, writer, SamplerConfig(interval_s=cfg.interval_s), clock=clock)
         m = Measurement(run_dir, record, clock, sampler, sampler.devices, list(discovery.notes))
         record.extra["gpu_sharing"] = [_gpu_sharing(discovery.sensors, "start")]
         status = RunStatus.INCOMPLETE
@@ -160,6 +175,10 @@ def measure(
                 raise
             finally:
                 m.work = Interval(t_work0, clock.now_s())
+                if sampler.devices and status is not RunStatus.INCOMPLETE:
+                    # Counters move only at refreshes: sample a little past the end so that a
+                    # refresh after it brackets the last instant of the work.
+                    clock.sleep_s(TAIL_S)
         finally:
             sampler.stop()
             writer.close()
@@ -188,6 +207,7 @@ def _finish(m: Measurement, idle: Interval | None, status: RunStatus, discovery)
         else:
             record.summary = {"wall_time_s": Figure.measured(work.duration_s, "s", signal="timer")}
         for prefix, key in (("gpu", "gpu_energy_j"), ("cpu", "cpu_energy_j")):
+            # (a simulated "sim0" device is reported under its own name only)
             if not any(d.startswith(prefix) for d in m.devices):
                 why = [i.reason for i in discovery.unavailable if i.device.startswith(prefix)]
                 reason = "; ".join(r for r in why if r) or f"no {prefix.upper()} sensor was opened"

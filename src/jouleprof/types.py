@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 SCHEMA_VERSION = 1
@@ -116,7 +116,7 @@ class Span:
         return tuple(getattr(self, c) for c in SPAN_COLUMNS)
 
 
-class Source(str, Enum):
+class Source(StrEnum):
     """Where a figure came from."""
 
     MEASURED = "measured"
@@ -189,7 +189,7 @@ class Figure:
         return s
 
 
-class RunStatus(str, Enum):
+class RunStatus(StrEnum):
     RUNNING = "running"
     COMPLETE = "complete"
     INCOMPLETE = "incomplete"  # interrupted (Ctrl-C) or crashed: data up to that point is kept

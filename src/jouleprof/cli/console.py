@@ -8,7 +8,7 @@ from rich.console import Console
 
 from jouleprof.types import Figure
 
-err_console = Console(stderr=True)
+err_console = Console(stderr=True, soft_wrap=True)  # messages stay whole lines (grep-able)
 out_console = Console()
 
 
@@ -31,10 +31,7 @@ def fail(message: str, code: int = 2) -> None:
 def figure_text(f: Figure) -> str:
     if f.value is None:
         return f"[yellow]unavailable[/] ({f.reason})"
-    if f.unit == "B":
-        s = f"{f.value / 2**20:,.0f} MiB"
-    else:
-        s = f"{f.value:,.4g} {f.unit}"
+    s = f"{f.value / 2**20:,.0f} MiB" if f.unit == "B" else f"{f.value:,.4g} {f.unit}"
     if f.lo is not None and f.hi is not None and f.unit != "B":
         s += f"  [{f.lo:,.4g} … {f.hi:,.4g}]"
     src = f.source.value + (f", {f.signal}" if f.signal else "")

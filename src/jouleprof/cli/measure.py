@@ -67,6 +67,10 @@ def measure_cmd(
     json_out: Annotated[
         bool, typer.Option("--json", help="Print run.json's summary as JSON.")
     ] = False,
+    simulate_gpu_w: Annotated[
+        float | None,
+        typer.Option(help="Testing aid: also measure a simulated GPU 'sim0' drawing this many W."),
+    ] = None,
 ) -> None:
     """Run CMD and write a run directory: time, exit code, GPU energy, power, memory."""
     from jouleprof.errors import JouleprofError
@@ -82,8 +86,14 @@ def measure_cmd(
         fail(f"command not found: {cmd[0]!r} (not a file and not on PATH)", code=127)
     if out is not None and out.exists() and not out.is_dir():
         fail(f"--out {out} is a file, not a directory: choose another path")
+    if simulate_gpu_w is not None and simulate_gpu_w < 0:
+        fail(f"--simulate-gpu-w must be ≥ 0, got {simulate_gpu_w}")
     cfg = MeasureConfig(
-        gpus=parse_gpus(gpus), interval_s=interval_ms / 1000.0, idle_s=idle_s, rapl=rapl
+        gpus=parse_gpus(gpus),
+        interval_s=interval_ms / 1000.0,
+        idle_s=idle_s,
+        rapl=rapl,
+        simulate_gpu_w=simulate_gpu_w,
     )
     code = 0
     interrupted = False

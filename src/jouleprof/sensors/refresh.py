@@ -15,6 +15,8 @@ import numpy as np
 
 # Signals tried in order to locate refreshes: the ones that change at nearly every refresh.
 REFRESH_SIGNALS: tuple[str, ...] = ("power_instant_w", "power_w", "energy_j")
+AMBIGUITY_S = 0.001
+"""Extra margin around each refresh instant inside which a counter read cannot be placed."""
 
 
 @dataclass(frozen=True)
@@ -80,12 +82,15 @@ def detect_refresh(
     read_gap_s = float(np.median(np.diff(t_valid)))
     mid = 0.5 * (lo + hi)
     gaps = np.diff(mid)
-    period0 = float(np.median(gaps))
     # Most updates follow the previous one by one period, but a repeated value hides an update
-    # (gap of 2, 3 periods); the smallest common gap cluster is the period.
-    small = gaps[gaps < 1.5 * period0]
-    if len(small) >= 3:
-        period0 = float(np.median(small))
+    # (a gap of 2, 3, ... periods). Start from a low quantile, then count each gap's periods.
+    period0 = float(np.quantile(gaps, 0.25))
+    for _ in range(3):
+        n = np.round(gaps / period0)
+        ok = n >= 1
+        if not ok.any():
+            break
+        period0 = float(gaps[ok].sum() / n[ok].sum())
     if period0 < 2 * read_gap_s:
         # Brackets as wide as the period: the signal was read too rarely to see its refreshes.
         return None
@@ -162,6 +167,14 @@ def counter_points(
     t, e = t_s[ok], e[ok]
     if len(t) == 0:
         return t, e
+    if grid is not None:
+        # A read within the grid's jitter of a refresh instant may hold the value of either
+        # side of it: such reads cannot be placed, so they are left out.
+        margin = 3.0 * (grid.jitter_s if np.isfinite(grid.jitter_s) else 0.0) + AMBIGUITY_S
+        phase = (t - grid.offset_s) % grid.period_s
+        clear = (phase > margin) & (phase < grid.period_s - margin)
+        clear[0] = clear[-1] = True  # keep the run's edges; their bound widens instead
+        t, e = t[clear], e[clear]
     first = np.concatenate([[True], e[1:] != e[:-1]])
     t, e = t[first], e[first]
     if grid is None:

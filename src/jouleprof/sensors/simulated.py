@@ -97,6 +97,10 @@ class SensorModel:
     """The default power reading is a running average over this window."""
     counter_resolution_j: float = 0.001
     """The energy counter counts whole millijoules."""
+    counter_origin_j: float = 1.0e6
+    """The counter's value at the schedule's start (real counters count from driver load)."""
+    power_noise_w: float = 0.5
+    """Standard deviation of the noise on each refresh's power readings (the counter has none)."""
     phase_offset_s: float | None = None
     """Offset of the first refresh; None draws it at random in [0, refresh_s)."""
 
@@ -113,6 +117,8 @@ class SensorModel:
             )
         if self.average_window_s <= 0 or self.counter_resolution_j <= 0:
             raise ValueError("average_window_s and counter_resolution_j must be > 0")
+        if self.power_noise_w < 0:
+            raise ValueError(f"power_noise_w must be ≥ 0, got {self.power_noise_w}")
 
 
 class SimulatedGPU:
@@ -149,6 +155,7 @@ class SimulatedGPU:
             offset = float(self._rng.uniform(0.0, self.model.refresh_s))
         self._offset_s = offset
         self._refresh_s: list[float] = []  # refresh instants generated so far
+        self._noise_w: list[tuple[float, float]] = []  # (instant, average) noise per refresh
         self._device = device
         self._mem_used_bytes = mem_used_bytes
         self.n_reads = 0
@@ -178,34 +185,39 @@ class SimulatedGPU:
     def _extend_refreshes(self, until_s: float) -> None:
         m = self.model
         while not self._refresh_s or self._refresh_s[-1] <= until_s:
-            k = len(self._refresh_s)
+            # Refresh 0 happens one period before the offset: a sensor has always refreshed
+            # at some point before a run begins.
+            k = len(self._refresh_s) - 1
             t = self._offset_s + k * m.refresh_s + float(self._rng.normal(0.0, m.refresh_jitter_s))
             if self._refresh_s:
                 t = max(t, self._refresh_s[-1] + 1e-6)
             self._refresh_s.append(t)
+            noise = self._rng.normal(0.0, m.power_noise_w, 2) if m.power_noise_w else (0.0, 0.0)
+            self._noise_w.append((float(noise[0]), float(noise[1])))
 
-    def _last_refresh_s(self, now_s: float) -> float | None:
+    def _last_refresh(self, now_s: float) -> int:
+        """Index of the last refresh at or before now_s (-1: none yet)."""
         self._extend_refreshes(now_s)
-        i = bisect.bisect_right(self._refresh_s, now_s) - 1
-        return self._refresh_s[i] if i >= 0 else None
+        return bisect.bisect_right(self._refresh_s, now_s) - 1
 
     def read(self, device: str, counter: bool) -> Reading:
         if device != self._device:
             raise ValueError(f"simulated sensor has device {self._device!r}, not {device!r}")
         m = self.model
         now_s = self.clock.now_s()
-        tau = self._last_refresh_s(now_s)
-        if tau is None:  # before the first refresh: the values of the origin
-            tau = self.schedule.start_s
+        k = max(self._last_refresh(now_s), 0)
+        tau = self._refresh_s[k]
+        noise_inst_w, noise_avg_w = self._noise_w[k]
         sched = self.schedule
         self.n_reads += 1
         energy_j = None
         if counter:
             self.n_counter_reads += 1
             res = m.counter_resolution_j
-            energy_j = math.floor(sched.energy_until_j(tau) / res + 1e-9) * res
-        inst_w = sched.mean_power_w(tau - m.instant_window_s, tau)
-        avg_w = sched.mean_power_w(tau - m.average_window_s, tau)
+            total_j = self.model.counter_origin_j + sched.energy_until_j(tau)
+            energy_j = round(math.floor(total_j / res + 1e-9) * res, 6)
+        inst_w = max(sched.mean_power_w(tau - m.instant_window_s, tau) + noise_inst_w, 0.0)
+        avg_w = max(sched.mean_power_w(tau - m.average_window_s, tau) + noise_avg_w, 0.0)
         busy = sched.power_at_w(tau) > sched.idle_w * 1.2
         return Reading(
             power_w=round(avg_w, 3),  # NVML reports whole milliwatts

@@ -71,7 +71,7 @@ def device_summary(
         )
     wins = window_energies(samples, device, work.t0_s, work.t1_s, refresh)
     best = best_energy(wins)
-    is_gpu = device.startswith("gpu")
+    is_gpu = device.startswith(("gpu", "sim"))
     out["energy_j"] = (
         _energy_figure(best)
         if best is not None

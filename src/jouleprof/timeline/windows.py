@@ -75,7 +75,7 @@ def counter_window(
     refresh: RefreshEstimate | None = None,
     nominal_refresh_s: float = DEFAULT_REFRESH_S,
 ) -> WindowEnergy:
-    """Energy of [t0_s, t1_s] from cumulative counter reads (read times `t_s`, values `energy_j`)."""
+    """Energy of [t0_s, t1_s] from cumulative counter reads (read at `t_s`, values `energy_j`)."""
     tau, c = counter_points(t_s, energy_j, refresh)
     period = refresh.period_s if refresh is not None else nominal_refresh_s
     short = (t1_s - t0_s) < SHORT_WINDOW_PERIODS * period

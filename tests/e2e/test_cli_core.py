@@ -1,0 +1,169 @@
+"""`jouleprof measure`, `sensors` and `netscore` end to end, through a subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+JP = [sys.executable, "-m", "jouleprof.cli.main"]
+
+
+def run(*args, **kw):
+    return subprocess.run([*JP, *args], capture_output=True, text=True, timeout=120, **kw)
+
+
+def test_help_imports_neither_torch_nor_pynvml():
+    code = (
+        "import sys; from jouleprof.cli.main import app; "
+        "print('torch' in sys.modules, 'pynvml' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.stdout.split() == ["False", "False"], out.stderr
+
+
+def test_measure_passes_exit_code_through_and_writes_a_run(tmp_path):
+    out = tmp_path / "run"
+    r = run(
+        "measure",
+        "--out",
+        str(out),
+        "--idle-s",
+        "0.2",
+        "--simulate-gpu-w",
+        "250",
+        "--json",
+        "--",
+        sys.executable,
+        "-c",
+        "import time; time.sleep(1.2); raise SystemExit(7)",
+    )
+    assert r.returncode == 7, r.stderr
+    summary = json.loads(r.stdout)
+    rec = json.loads((out / "run.json").read_text())
+    assert rec["status"] == "failed" and rec["extra"]["exit_code"] == 7
+    assert summary["wall_time_s"]["value"] == pytest.approx(1.2, abs=0.6)
+    e = summary["sim0.energy_j"]
+    assert e["signal"] == "counter" and e["source"] == "measured"
+    assert e["value"] == pytest.approx(250 * summary["wall_time_s"]["value"], rel=0.02)
+    assert summary["sim0.crosscheck_instant_pct"]["value"] == pytest.approx(0, abs=2)
+    assert (out / "samples.csv").stat().st_size > 100
+    # No GPU here: GPU energy is unavailable, with the reason, never a zero.
+    if "gpu0.energy_j" not in summary:
+        assert summary["gpu_energy_j"]["value"] is None
+        assert summary["gpu_energy_j"]["reason"]
+
+
+def test_measure_without_any_sensor_still_times_and_says_why(tmp_path):
+    r = run(
+        "measure",
+        "--out",
+        str(tmp_path / "r"),
+        "--gpus",
+        "none",
+        "--no-rapl",
+        "--json",
+        "--",
+        "true",
+    )
+    assert r.returncode == 0, r.stderr
+    s = json.loads(r.stdout)
+    assert s["wall_time_s"]["value"] >= 0
+    assert s["gpu_energy_j"]["value"] is None and s["gpu_energy_j"]["reason"]
+
+
+def test_ctrl_c_stops_the_command_and_keeps_a_readable_run(tmp_path):
+    out = tmp_path / "run"
+    p = subprocess.Popen(
+        [
+            *JP,
+            "measure",
+            "--out",
+            str(out),
+            "--idle-s",
+            "0",
+            "--simulate-gpu-w",
+            "100",
+            "--",
+            sys.executable,
+            "-c",
+            "import time; time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    deadline = time.time() + 30
+    while not (out / "samples.csv").exists() and time.time() < deadline:
+        time.sleep(0.1)
+    time.sleep(1.0)
+    os.killpg(p.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole group
+    p.communicate(timeout=60)
+    assert p.returncode == 130
+    rec = json.loads((out / "run.json").read_text())
+    assert rec["status"] == "incomplete"
+    assert rec["summary"]["sim0.energy_j"]["value"] > 0
+    assert any("interrupted" in n for n in rec["notes"])
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--gpus", "7", "--", "true"], "GPU"),
+        (["--interval-ms", "0", "--", "true"], "--interval-ms"),
+        (["--", "no-such-command-xyz"], "command not found"),
+        (["--gpus", "x", "--", "true"], "GPU indices"),
+    ],
+)
+def test_measure_bad_input(tmp_path, args, message):
+    r = run("measure", "--out", str(tmp_path / "r"), *args)
+    assert r.returncode != 0
+    assert message in (r.stderr + r.stdout)
+
+
+def test_measure_out_is_a_file(tmp_path):
+    f = tmp_path / "f"
+    f.write_text("keep me")
+    r = run("measure", "--out", str(f), "--", "true")
+    assert r.returncode == 2 and "is a file" in r.stderr
+    assert f.read_text() == "keep me"
+
+
+def test_sensors_lists_what_is_missing_and_why():
+    r = run("sensors", "--probe-s", "0.3", "--json")
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(r.stdout)
+    assert rep["signals"]
+    for row in rep["signals"]:
+        if not row["available"]:
+            assert row["note"]
+
+
+def test_netscore_json_and_bad_input():
+    r = run(
+        "netscore",
+        "--accuracy",
+        "95.09",
+        "--params-m",
+        "86",
+        "--macs-g",
+        "180",
+        "--time-s",
+        "10",
+        "--power-w",
+        "100",
+        "--memory-mib",
+        "617",
+        "--json",
+    )
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert set(d) == {"netscore", "ns_e", "ns_m", "ns_hash"}
+    r = run("netscore", "--accuracy", "90", "--memory-mib", "-3")
+    assert r.returncode == 2 and "memory_mib must be a positive" in r.stderr

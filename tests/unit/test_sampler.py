@@ -1,0 +1,110 @@
+import threading
+import time
+
+import pytest
+
+from jouleprof.clock import ManualClock, MonotonicClock
+from jouleprof.errors import SensorError
+from jouleprof.sensors.sampler import ListSink, Sampler, SamplerConfig
+from jouleprof.sensors.simulated import PowerSchedule, SimulatedGPU
+from jouleprof.sensors.simulated_workload import PhaseSpec, simulate_training
+from jouleprof.types import Reading
+
+
+def test_counter_is_read_about_once_per_refresh_and_soon_after_it():
+    run = simulate_training(
+        [PhaseSpec("a", 0.1, 400), PhaseSpec("b", 0.13, 620)], steps=200, seed=2
+    )
+    counter_t = [s.t_s for s in run.samples if s.energy_j is not None]
+    fast = [s for s in run.samples if s.power_instant_w is not None]
+    duration = run.schedule.end_s
+    # 20 ms cheap reads, counter reads rationed to about one per 100 ms refresh.
+    assert len(fast) == pytest.approx(duration / 0.0215, rel=0.1)
+    assert len(counter_t) == pytest.approx(duration / 0.1, rel=0.25)
+    inner = counter_t[1:-3]  # the run's first and last polls read the counter on purpose
+    assert min(b - a for a, b in zip(inner, inner[1:], strict=False)) >= 0.09 - 1e-9
+    # Reads triggered by a seen refresh land within ~2 read intervals of it.
+    refreshes = run.sensor.refresh_instants_s(duration)
+    import bisect
+
+    lag = [t - refreshes[bisect.bisect_right(refreshes, t) - 1] for t in counter_t[1:-1]]
+    assert sorted(lag)[len(lag) // 2] < 0.05
+
+
+def test_cheap_reads_never_carry_a_counter_value():
+    run = simulate_training([PhaseSpec("a", 0.2, 500)], steps=20, seed=0)
+    n_counter = sum(s.energy_j is not None for s in run.samples)
+    assert 0 < n_counter < len(run.samples) / 3
+
+
+def test_background_thread_timing_and_overhead():
+    clock = MonotonicClock()
+    sched = PowerSchedule(idle_w=100)
+    sched.append(100.0, 300)
+    gpu = SimulatedGPU(sched, clock)
+    sink = ListSink()
+    with Sampler([gpu], sink, SamplerConfig(interval_s=0.01, flush_every_s=0.1), clock=clock) as s:
+        time.sleep(0.6)
+    t = [x.t_s for x in sink.samples]
+    assert all(b > a for a, b in zip(t, t[1:], strict=False))  # one monotonic clock
+    # ~60 polls in 0.6 s (dithered ±25 %), with generous slack for a loaded CI machine.
+    assert 25 <= s.stats.n_polls <= 75
+    assert s.stats.wall_s == pytest.approx(0.6, abs=0.2)
+    assert s.stats.cpu_fraction_of_core is not None and s.stats.cpu_fraction_of_core < 0.5
+    assert sink.samples[0].energy_j is not None and sink.samples[-1].energy_j is not None
+
+
+class _FailingSensor:
+    kind = "failing"
+    devices = ("gpu0",)
+    counter_read_is_slow = False
+    nominal_refresh_s = None
+
+    def __init__(self):
+        self.n = 0
+
+    def signals(self):
+        return []
+
+    def read(self, device, counter):
+        self.n += 1
+        if self.n % 2:
+            raise SensorError("GPU fell off the bus")
+        return Reading(power_w=100.0, energy_j=float(self.n))
+
+    def close(self):
+        pass
+
+
+def test_read_errors_are_counted_not_raised_and_not_zero():
+    clock = ManualClock()
+    sink = ListSink()
+    s = Sampler([_FailingSensor()], sink, clock=clock)
+    for _ in range(6):
+        s.poll_once()
+        clock.advance_s(0.02)
+    s.flush()
+    assert s.stats.n_read_errors == 3
+    assert len(sink.samples) == 3
+    assert all(x.power_w == 100.0 for x in sink.samples)
+    assert "fell off the bus" in s.stats.errors[0]
+
+
+def test_samples_reach_the_sink_while_running():
+    clock = MonotonicClock()
+    sched = PowerSchedule()
+    gpu = SimulatedGPU(sched, clock)
+    sink = ListSink()
+    s = Sampler([gpu], sink, SamplerConfig(interval_s=0.005, flush_every_s=0.05), clock=clock)
+    s.start()
+    time.sleep(0.3)
+    seen_mid_run = len(sink.samples)
+    s.stop()
+    assert seen_mid_run > 10  # flushed incrementally, not only at the end
+    assert threading.active_count() >= 1
+
+
+@pytest.mark.parametrize("bad", [0, -0.01])
+def test_bad_interval_is_refused(bad):
+    with pytest.raises(ValueError, match="interval_s"):
+        SamplerConfig(interval_s=bad)
