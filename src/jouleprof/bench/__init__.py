@@ -1,0 +1,1 @@
+"""Benchmarks that run workloads on real hardware: modes, overhead, isolation references, sweeps."""
