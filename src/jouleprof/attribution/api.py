@@ -1,0 +1,136 @@
+"""`attribute(run_dir, method)`: a run's energy per phase and device; phases.csv.
+
+Reads samples.csv and spans.csv (and isolation.csv for the isolation method) and nothing else,
+so it runs offline on a copied run directory.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+from jouleprof.attribution.common import GAP_TOLERANCE_S, build_timeline, check_spans
+from jouleprof.attribution.isolation import attribute_isolation, read_isolation_csv
+from jouleprof.attribution.proportional import attribute_proportional, measured_region_energy
+from jouleprof.attribution.regression import RegressionConfig, attribute_regression
+from jouleprof.attribution.result import AttributionResult, DeviceAttribution
+from jouleprof.errors import AttributionError, RunDirError
+from jouleprof.store.rundir import SPANS_CSV, RunDir
+
+log = logging.getLogger(__name__)
+
+METHODS: tuple[str, ...] = ("proportional", "regression", "isolation")
+ENERGY_SIGNALS: tuple[str, ...] = ("energy_j", "power_instant_w", "power_w")
+
+
+def _split_options(method: str, opts: dict[str, Any]) -> tuple[float, RegressionConfig | None]:
+    gap = float(opts.pop("gap_tolerance_s", GAP_TOLERANCE_S))
+    if method == "regression":
+        valid = {f.name for f in fields(RegressionConfig)}
+        unknown = sorted(set(opts) - valid)
+        if unknown:
+            valid_all = sorted(valid | {"gap_tolerance_s"})
+            raise AttributionError(f"unknown regression option(s) {unknown}; valid: {valid_all}")
+        try:
+            return gap, RegressionConfig(**opts)
+        except ValueError as e:
+            raise AttributionError(str(e)) from e
+    if opts:
+        raise AttributionError(
+            f"--method {method} takes no option(s) {sorted(opts)} (only gap_tolerance_s)"
+        )
+    return gap, None
+
+
+def _read_spans(rd: RunDir):
+    p = rd.path / SPANS_CSV
+    if not p.is_file() or p.stat().st_size == 0:
+        raise AttributionError(
+            f"{rd.path} has no phase spans ({SPANS_CSV} is missing or empty): record the run with "
+            "the phase recorder (`with prof.step(): with prof.phase(...)`) to attribute it"
+        )
+    return rd.read_spans()
+
+
+def _devices(samples, device: str | None) -> list[str]:
+    have = sorted(samples["device"].astype(str).unique())
+    if device is not None:
+        if device not in have:
+            raise AttributionError(f"no device {device!r} in samples.csv; devices: {have}")
+        return [device]
+    gpus = [d for d in have if d.startswith("gpu")]
+    if not gpus:
+        raise AttributionError(
+            f"samples.csv has no GPU device (devices: {have}); pass --device to choose one"
+        )
+    return gpus
+
+
+def _check_signals(samples, device: str) -> None:
+    d = samples[samples["device"] == device]
+    if not any(c in d.columns and d[c].notna().any() for c in ENERGY_SIGNALS):
+        raise AttributionError(
+            f"samples.csv holds no energy counter or power readings for {device} "
+            f"({', '.join(ENERGY_SIGNALS)} are all empty): there is no energy to attribute"
+        )
+
+
+def attribute(
+    run_dir: str | os.PathLike[str],
+    method: str,
+    device: str | None = None,
+    warmup_steps: int | None = None,
+    **opts: Any,
+) -> AttributionResult:
+    """Attribute a run's energy to its phases, per device (default: every GPU in samples.csv).
+
+    Args:
+        run_dir: the run directory (samples.csv, spans.csv; isolation.csv for isolation).
+        method: "proportional", "regression" or "isolation".
+        device: one device to attribute (e.g. "gpu0"); None: all GPUs, summed in `total`.
+        warmup_steps: leading steps to exclude; None: the rule of `common.auto_warmup_steps`.
+        **opts: `gap_tolerance_s`, and for regression any `RegressionConfig` field.
+
+    Raises:
+        AttributionError: the data cannot support the attribution (the message says why).
+        RunDirError: the run directory is missing or malformed.
+    """
+    if method not in METHODS:
+        raise AttributionError(f"unknown method {method!r}: choose one of {', '.join(METHODS)}")
+    gap_s, cfg = _split_options(method, dict(opts))
+    rd = RunDir(run_dir)
+    if not rd.path.is_dir():
+        raise RunDirError(f"{rd.path} is not a directory: give a run directory")
+    spans = _read_spans(rd)
+    samples = rd.read_samples()
+    devices = _devices(samples, device)
+    replays = read_isolation_csv(rd.path) if method == "isolation" else None
+    out: list[DeviceAttribution] = []
+    for dev in devices:
+        _check_signals(samples, dev)
+        check_spans(spans, samples, dev, gap_s)
+        t = samples.loc[samples["device"] == dev, "t_s"]
+        tl = build_timeline(spans, float(t.min()), float(t.max()), warmup_steps, gap_s)
+        if method == "proportional":
+            out.append(attribute_proportional(samples, tl, dev))
+        elif method == "regression":
+            out.append(attribute_regression(samples, tl, dev, cfg))
+        else:
+            assert replays is not None
+            region = measured_region_energy(samples, tl, dev)
+            r0, r1 = tl.region_s
+            # Shares are of the steps' energy: idle gaps between steps are taken out by time.
+            step_e = region.energy_j * tl.step_time_s / (r1 - r0) if region.energy_j else None
+            res = attribute_isolation(replays, tl, dev, step_e)
+            res.diagnostics["step_energy_signal"] = region.signal
+            out.append(res)
+        log.info("attributed %s by %s over %d steps", dev, method, tl.n_steps)
+    return AttributionResult(method, out)
+
+
+def write_phases(run_dir: str | os.PathLike[str], result: AttributionResult) -> Path:
+    """Write `result` to the run directory's phases.csv (atomically); returns its path."""
+    return RunDir(run_dir).write_phases(result.to_frame())
