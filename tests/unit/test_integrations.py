@@ -1,0 +1,114 @@
+"""Trainer and Lightning callbacks: a clear message without the package; a tiny run with it."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from jouleprof.clock import MonotonicClock
+from jouleprof.timeline.recorder import PhaseRecorder
+
+
+def test_missing_transformers_says_pip_install(monkeypatch):
+    from jouleprof.integrations.hf_trainer import trainer_callback
+
+    monkeypatch.setitem(sys.modules, "transformers", None)
+    with pytest.raises(ImportError, match="pip install transformers"):
+        trainer_callback(PhaseRecorder(MonotonicClock(), device="cpu"))
+
+
+def test_missing_lightning_says_pip_install(monkeypatch):
+    from jouleprof.integrations.lightning import lightning_callback
+
+    monkeypatch.setitem(sys.modules, "lightning", None)
+    monkeypatch.setitem(sys.modules, "lightning.pytorch", None)
+    monkeypatch.setitem(sys.modules, "pytorch_lightning", None)
+    with pytest.raises(ImportError, match="pip install lightning"):
+        lightning_callback(PhaseRecorder(MonotonicClock(), device="cpu"))
+
+
+def _phases_by_step(spans):
+    out: dict[int, list[str]] = {}
+    for s in sorted(spans, key=lambda s: s.t0_s):
+        out.setdefault(s.step, []).append(s.phase)
+    return out
+
+
+@pytest.mark.parametrize("hooks", [True, False])
+def test_hf_trainer_callback_marks_steps(tmp_path, hooks):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("accelerate")
+    from jouleprof.integrations.hf_trainer import trainer_callback
+
+    class Tiny(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 1)
+
+        def forward(self, x, labels=None):
+            out = self.lin(x).squeeze(-1)
+            return {"loss": torch.nn.functional.mse_loss(out, labels), "logits": out}
+
+    data = [{"x": torch.randn(4), "labels": torch.randn(())} for _ in range(8)]
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path),
+        max_steps=3,
+        per_device_train_batch_size=2,
+        report_to=[],
+        use_cpu=True,
+        save_strategy="no",
+        logging_strategy="no",
+    )
+    rec = PhaseRecorder(MonotonicClock(), device="cpu")
+    trainer = transformers.Trainer(
+        model=Tiny(), args=args, train_dataset=data, callbacks=[trainer_callback(rec, hooks=hooks)]
+    )
+    trainer.train()
+    rec.close()
+    steps = _phases_by_step(rec.sink.spans)
+    assert sorted(steps) == [0, 1, 2]
+    expect = ["forward", "backward", "optimizer"] if hooks else ["forward+backward", "optimizer"]
+    for names in steps.values():
+        assert names == expect
+
+
+def test_lightning_callback_marks_steps(tmp_path):
+    torch = pytest.importorskip("torch")
+    try:
+        import lightning.pytorch as pl
+    except ImportError:
+        pl = pytest.importorskip("pytorch_lightning")
+    from jouleprof.integrations.lightning import lightning_callback
+
+    class Tiny(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 1)
+
+        def training_step(self, batch, batch_idx):
+            x, y = batch
+            return torch.nn.functional.mse_loss(self.lin(x).squeeze(-1), y)
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    ds = torch.utils.data.TensorDataset(torch.randn(8, 4), torch.randn(8))
+    rec = PhaseRecorder(MonotonicClock(), device="cpu")
+    trainer = pl.Trainer(
+        max_steps=3,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[lightning_callback(rec)],
+        default_root_dir=str(tmp_path),
+    )
+    trainer.fit(Tiny(), torch.utils.data.DataLoader(ds, batch_size=2))
+    rec.close()
+    steps = _phases_by_step(rec.sink.spans)
+    assert sorted(steps) == [0, 1, 2]
+    for names in steps.values():
+        assert names == ["forward", "backward", "optimizer"]

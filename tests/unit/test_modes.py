@@ -1,0 +1,84 @@
+"""Measurement modes: the enum, validation, the factory, and the "not installed" path."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+
+import pytest
+
+from jouleprof.bench import modes
+from jouleprof.bench.modes import Mode, ModeUnavailable, make_marker, unavailable_reason
+from jouleprof.clock import ManualClock
+from jouleprof.errors import JouleprofError
+from jouleprof.sensors.sampler import ListSink, Sampler
+from jouleprof.sensors.simulated import PowerSchedule, SimulatedGPU
+from jouleprof.timeline.markers import NullRecorder
+from jouleprof.timeline.recorder import PhaseRecorder
+
+
+def test_parse_and_properties():
+    assert Mode.parse("FINE") is Mode.FINE
+    assert Mode.parse(" e2e ") is Mode.E2E
+    assert Mode.parse(Mode.ZEUS) is Mode.ZEUS
+    with pytest.raises(ValueError, match="baseline, e2e, fine, codecarbon, zeus"):
+        Mode.parse("turbo")
+    assert [m.sampler for m in Mode] == ["none", "edges", "continuous", "none", "none"]
+    assert [m.records_phases for m in Mode] == [False, False, True, False, False]
+    assert Mode.CODECARBON.package == "codecarbon" and Mode.FINE.package is None
+    assert str(Mode.FINE) == "fine"
+
+
+def test_make_marker():
+    assert isinstance(make_marker("baseline"), NullRecorder)
+    assert isinstance(make_marker(Mode.E2E), NullRecorder)
+    rec = make_marker("fine", ManualClock(), device="cpu")
+    assert isinstance(rec, PhaseRecorder) and rec.mode == "host"
+    with pytest.raises(ValueError, match="clock"):
+        make_marker("fine")
+
+
+def test_core_modes_always_available():
+    for m in ("baseline", "e2e", "fine"):
+        assert unavailable_reason(m) is None
+        assert modes.require(m) is Mode.parse(m)
+
+
+@pytest.mark.parametrize("mode", ["codecarbon", "zeus"])
+def test_not_installed_cross_check_says_how_to_install(mode, monkeypatch, tmp_path):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == mode else real(name, *a)
+    )
+    reason = unavailable_reason(mode)
+    assert reason == f"{mode} is not installed: pip install {mode}"
+    with pytest.raises(ModeUnavailable, match=f"pip install {mode}") as e:
+        modes.require(mode)
+    assert isinstance(e.value, ImportError) and isinstance(e.value, JouleprofError)
+    with pytest.raises(ModeUnavailable), modes.crosscheck(mode, tmp_path):
+        pass
+    cell = modes.unavailable_cell(mode, reason)
+    assert cell == {"mode": mode, "status": "unavailable", "reason": reason}
+
+
+def test_crosscheck_refuses_non_crosscheck_modes(tmp_path):
+    with pytest.raises(ValueError, match="not a cross-check"), modes.crosscheck("fine", tmp_path):
+        pass
+
+
+def test_sample_edges_reads_counters_at_both_edges_only():
+    clock = ManualClock()
+    schedule = PowerSchedule(idle_w=100.0)
+    schedule.append(10.0, 300.0)
+    sink = ListSink()
+    sampler = Sampler([SimulatedGPU(schedule, clock)], sink, clock=clock)
+    with modes.sample_edges(sampler):
+        clock.advance_s(2.0)
+    assert len(sink.samples) == 2
+    assert all(s.energy_j is not None for s in sink.samples)
+    assert sink.samples[1].t_s - sink.samples[0].t_s == pytest.approx(2.0, abs=1e-3)
+
+
+def test_import_of_modes_stays_light():
+    # The modes module must not pull in the cross-check tools or torch.
+    assert "codecarbon" not in sys.modules and "zeus" not in sys.modules
