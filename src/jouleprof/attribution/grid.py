@@ -37,6 +37,8 @@ class JitterGrid:
         grid: the grid (a RefreshEstimate whose offset and period were refitted).
         jitter_s: standard deviation σ of the true refresh instants around the grid.
         jitter_se_s, offset_se_s: standard errors of σ and of the grid's position (mid-run).
+        period_se_s: standard error of the period.
+        center_s: a grid instant in the middle of the brackets (where offset_se_s holds).
         n_brackets: update brackets used.
         method: "mle", or "midpoint" when the likelihood fit failed (σ is then the midpoint fit's).
     """
@@ -45,6 +47,8 @@ class JitterGrid:
     jitter_s: float
     jitter_se_s: float
     offset_se_s: float
+    period_se_s: float
+    center_s: float
     n_brackets: int
     method: str
 
@@ -54,6 +58,7 @@ class JitterGrid:
             "jitter_s": self.jitter_s,
             "jitter_se_s": self.jitter_se_s,
             "offset_se_s": self.offset_se_s,
+            "period_se_s": self.period_se_s,
             "n_brackets": self.n_brackets,
             "method": self.method,
         }
@@ -61,7 +66,9 @@ class JitterGrid:
 
 def _fallback(grid: RefreshEstimate, n: int) -> JitterGrid:
     j = grid.jitter_s if np.isfinite(grid.jitter_s) else 0.0
-    return JitterGrid(grid, j, 0.5 * j, grid.period_s / 20, n, "midpoint")
+    offset_se = 3.0 * grid.median_read_gap_s / np.sqrt(12.0 * max(n, 1))
+    period_se = offset_se * np.sqrt(12.0) / max(n, 1)
+    return JitterGrid(grid, j, max(0.5 * j, 0.1e-3), offset_se, period_se, np.nan, n, "midpoint")
 
 
 def fit_jitter_grid(t_s: np.ndarray, values: np.ndarray, grid: RefreshEstimate) -> JitterGrid:
@@ -105,14 +112,35 @@ def fit_jitter_grid(t_s: np.ndarray, values: np.ndarray, grid: RefreshEstimate) 
                 nll(x + ei + ej) - nll(x + ei - ej) - nll(x - ei + ej) + nll(x - ei - ej)
             ) / (4 * h[i] * h[j])
     a, p, s = unpack(x)
-    try:
-        cov = np.linalg.inv(hess)
-        se = np.sqrt(np.clip(np.diag(cov), 0.0, None)) * scale
-    except np.linalg.LinAlgError:
-        se = np.array([np.nan, np.nan, np.nan])
-    if not (0.5 * p0 < p < 1.5 * p0) or not np.all(np.isfinite(se)):
+    se = _standard_errors(hess) * scale
+    # A bracket pins the grid to about its width / √12; without curvature (σ → 0, where the
+    # likelihood is flat between the tightest brackets) fall back to that, conservatively.
+    se_floor = float(np.median(hi - lo)) / np.sqrt(12.0 * len(lo))
+    offset_se = float(se[0]) if np.isfinite(se[0]) and se[0] > 0 else 3.0 * se_floor
+    jitter_se = float(s * se[2]) if np.isfinite(se[2]) and se[2] > 0 else s
+    if s < 5 * _MIN_JITTER_S:  # at the floor: σ is only known to be small, curvature is moot
+        jitter_se = max(jitter_se, s, 0.1e-3)
+        offset_se = max(offset_se, se_floor)
+    if not (0.5 * p0 < p < 1.5 * p0):
         return _fallback(grid, len(lo))
     refit = RefreshEstimate(
         grid.signal, p, float(a % p), s, len(lo), grid.median_read_gap_s, "grid"
     )
-    return JitterGrid(refit, s, float(s * se[2]), float(se[0]), len(lo), "mle")
+    period_se = float(se[1]) if np.isfinite(se[1]) and se[1] > 0 else offset_se * 3.5 / len(lo)
+    return JitterGrid(refit, s, jitter_se, offset_se, period_se, a, len(lo), "mle")
+
+
+def _standard_errors(hess: np.ndarray) -> np.ndarray:
+    """Square roots of the diagonal of the inverse Hessian; NaN where it is not positive.
+
+    Where the full inverse fails (a flat direction), each parameter's conditional standard
+    error 1/√H_ii is used instead.
+    """
+    try:
+        d = np.diag(np.linalg.inv(hess))
+        if np.all(np.isfinite(d)) and np.all(d > 0):
+            return np.sqrt(d)
+    except np.linalg.LinAlgError:
+        pass
+    h = np.diag(hess)
+    return np.where(h > 0, 1.0 / np.sqrt(np.where(h > 0, h, 1.0)), np.nan)

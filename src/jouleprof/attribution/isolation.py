@@ -175,12 +175,12 @@ def per_call_energies(results: list[IsolationResult]) -> dict[str, CallEnergy]:
             continue  # not identified: its energy cannot be separated from another phase's
         c = m[j]
         c[np.abs(c) < 1e-12] = 0.0
+        order = sorted((i for i in range(len(c)) if c[i] != 0), key=lambda i: -c[i])
         terms = " ".join(
-            f"{'+' if ci > 0 else '−'} {'' if np.isclose(abs(ci), 1) else f'{abs(ci):.3g}×'}"
-            f"{results[i].replay}"
-            for i, ci in enumerate(c)
-            if ci != 0
-        ).lstrip("+ ")
+            f"{'+' if c[i] > 0 else '−'} "
+            f"{'' if np.isclose(abs(c[i]), 1) else f'{abs(c[i]):.3g}×'}{results[i].replay}"
+            for i in order
+        ).removeprefix("+ ")
         out[name] = CallEnergy(
             name,
             float(c @ e),

@@ -1,42 +1,45 @@
 """Phase energy by regression on every sensor interval of the run (pure functions).
 
-Every reading of the sensor is an equation. Between two consecutive counter values the device
-used exactly ``E = Σ_phase P_phase × overlap(phase, interval)``; an instant-power reading is the
-same sum over the short window it averages, divided by the window. Stacking the equations of
-all analysed steps and solving for the phase powers ``P_phase`` (non-negative least squares)
-measures phases far shorter than the sensor's 100 ms refresh, because refresh edges fall at a
-different point of the step in every step. A phase's energy is its fitted power times its
-exclusive time in the analysed steps.
+Every reading of the sensor is an equation (`rows`): between two consecutive counter values the
+device used exactly ``Σ_phase P_phase × overlap(phase, interval)``; an instant-power reading is
+the same sum over the short window it averages (25 ms by default, shared/FACTS.md), divided by
+the window. Stacking the equations of all analysed steps and solving for the phase powers
+``P_phase`` by non-negative least squares (rows in W) measures phases far shorter than the
+sensor's 100 ms refresh, because the refresh edges fall at a different point of the step in
+every step. A phase's energy is its fitted power times its exclusive time in the analysed steps.
 
-Rows (one per sensor interval, normalized to mean power in W):
+How the fit stays unbiased and its interval honest:
 
-- counter rows: consecutive counter points (τ_{k-1}, τ_k] (``counter_points``, with each value
-  placed on the refresh grid of ``detect_device_refresh``). Exact integrals, up to the jitter of
-  the true refresh instants around the grid. Weight ∝ the interval's length in refresh periods
-  (capped at 2), since the jitter error in joules does not grow with the interval.
-- instant rows: the POWER_INSTANT reading that refresh τ_k produced is the mean power over
-  [τ_k − w, τ_k], w = `instant_window_s` (25 ms, shared/FACTS.md). Each reading is labelled with
-  the one grid instant inside its update bracket (reads where that is ambiguous are dropped).
-  They depend on the assumed window, so they carry a lower weight (`instant_weight`).
-- 1 s average rows (optional, off by default): the default power reading over [τ_k − 1 s, τ_k].
-
-Confidence intervals come from a moving-block bootstrap over the rows in time order (blocks of
-`block_s` seconds keep the correlation of neighbouring rows, which share refresh edges).
+1. The refresh grid is refitted with the spread σ of the true refresh instants (`grid`). The
+   attribution never sees the true instants; a reading placed on the grid was really taken
+   σ earlier or later, which blurs short phases next to a large power step (a second-order
+   bias that does not average out). Each row's overlaps are therefore the *expected* overlaps
+   under that jitter (`Timeline.overlap_s(..., jitter_s=σ)`).
+2. Rows are weighed by their modelled variance (feasible generalized least squares): the
+   jitter of a row's edges matters only where they sit on a power step (`jitter_variance_w2`),
+   and a per-signal noise floor is estimated from the residuals. The configured weights
+   (instant rows below counter rows: their window is an assumption) multiply these.
+3. The grid's position and drift are refined from the power data themselves (Gauss-Newton on
+   a shift ``s0 + s1·u`` of every row, with the bracket fit's uncertainty as the prior): sharp
+   power steps in the readings pin the timing better than the update brackets do.
+4. The confidence interval is a moving-block bootstrap over the rows in time order (blocks of
+   `block_s` keep the correlation of neighbouring rows, which share refresh edges), widened
+   by what the bootstrap cannot see: the remaining uncertainty of σ and of the shift.
 
 Assumptions, stated so a user can judge a result:
 
 - each phase draws a power that is stationary across the analysed steps (warm-up steps are
   excluded; a phase whose power drifts gets its mean power, and a wider interval);
-- the power of time outside any step (idle) and of untracked time is one constant each;
-- every signal refreshes on one regular grid, whose instants jitter a little and without bias;
-- the spans' times are on the samples' clock (small noise on the edges is tolerated);
-- steps are not so strictly periodic against the refresh period that the edges always fall at
-  the same points of the step (the bootstrap interval then widens and the phase is reported
-  unresolved rather than guessed).
+- idle time and untracked time each have one constant power;
+- every signal refreshes on one regular grid whose instants jitter without bias (Gaussian);
+- the instant field averages `instant_window_s` before its refresh;
+- span times are on the samples' clock (small noise on their edges is tolerated);
+- steps are not in lockstep with the refresh period (if they are, the equations repeat, the
+  interval widens and short phases are reported unresolved; a note says so).
 
 A phase is reported unresolved (energy None, with the reason) when fewer than `min_rows` sensor
-intervals overlap it, when the fit pins its power at zero, or when its bootstrap interval is
-wider than its estimate.
+intervals overlap it, when the fit pins its power at zero, or when its interval is wider than
+its estimate.
 """
 
 from __future__ import annotations
@@ -50,16 +53,21 @@ from scipy.optimize import nnls
 from scipy.stats import norm
 
 from jouleprof.attribution.common import IDLE, WARMUP, Timeline
-from jouleprof.attribution.grid import fit_jitter_grid
+from jouleprof.attribution.grid import JitterGrid, fit_jitter_grid
 from jouleprof.attribution.result import DeviceAttribution, PhaseResult, unresolved
+from jouleprof.attribution.rows import (
+    KIND_NAMES,
+    SensorRows,
+    jitter_variance_w2,
+    sensor_rows,
+)
 from jouleprof.errors import AttributionError
-from jouleprof.sensors.refresh import RefreshEstimate, counter_points, detect_device_refresh
+from jouleprof.sensors.refresh import RefreshEstimate, detect_device_refresh
 
 log = logging.getLogger(__name__)
 
 METHOD = "regression"
-COUNTER, INSTANT, AVERAGE = 0, 1, 2
-KIND_NAMES = ("counter", "power_instant", "power_avg")
+_MIN_ROW_VAR_W2 = 0.01  # floor on a row's noise variance: no row is trusted beyond 0.1 W
 
 
 @dataclass(frozen=True)
@@ -77,11 +85,15 @@ class RegressionConfig:
     average_window_s: float = 1.0
     """The window the default power reading averages."""
     counter_weight: float = 1.0
-    """Weight of a one-period counter row (normalized to W)."""
+    """Weight of a counter row."""
     instant_weight: float = 0.5
     """Weight of an instant-power row, relative to a counter row (lower: the window is assumed)."""
     average_weight: float = 0.1
     """Weight of a 1 s average row."""
+    reweight: bool = True
+    """Also weigh each row by its modelled variance (jitter at its edges, signal noise)."""
+    refine_grid: bool = True
+    """Refine the refresh grid's position and drift from the power data."""
     n_boot: int = 300
     """Bootstrap resamples for the confidence interval (≥ 200)."""
     block_s: float = 1.5
@@ -112,81 +124,8 @@ class RegressionConfig:
             raise ValueError("use_counter, use_instant and use_average cannot all be False")
 
 
-@dataclass
-class SensorRows:
-    """One row per sensor interval: [t0_s, t1_s] drew mean power `power_w`."""
-
-    t0_s: np.ndarray
-    t1_s: np.ndarray
-    power_w: np.ndarray
-    kind: np.ndarray
-    weight: np.ndarray
-    """Square-root weight multiplying the row in the least squares."""
-
-    def select(self, keep: np.ndarray) -> SensorRows:
-        return SensorRows(
-            *(a[keep] for a in (self.t0_s, self.t1_s, self.power_w, self.kind, self.weight))
-        )
-
-
-def _counter_rows(t_s, energy_j, grid: RefreshEstimate, weight: float):
-    tau, c = counter_points(t_s, energy_j, grid)
-    # The first value was read at the run's edge, before any refresh was seen: its instant is
-    # unknown, so it starts no interval.
-    tau, c = tau[1:], c[1:]
-    if len(tau) < 2:
-        return None
-    dt, de = np.diff(tau), np.diff(c)
-    ok = (dt > 0) & (de >= 0)  # de < 0: the counter was reset
-    t0, t1 = tau[:-1][ok], tau[1:][ok]
-    w = weight * np.minimum(dt[ok] / grid.period_s, 2.0)
-    return t0, t1, de[ok] / dt[ok], w
-
-
-def _power_rows(t_s, power_w, grid: RefreshEstimate, window_s: float, weight: float):
-    """Rows from a power signal: each new value labelled with the refresh inside its bracket."""
-    ok = ~np.isnan(power_w)
-    t, v = np.asarray(t_s, dtype=float)[ok], np.asarray(power_w, dtype=float)[ok]
-    if len(t) < 2:
-        return None
-    i = np.flatnonzero(v[1:] != v[:-1]) + 1
-    slack = 3.0 * max(grid.jitter_s if np.isfinite(grid.jitter_s) else 0.0, 0.5e-3)
-    k_lo = np.ceil((t[i - 1] - slack - grid.offset_s) / grid.period_s)
-    k_hi = np.floor((t[i] + slack - grid.offset_s) / grid.period_s)
-    one = k_lo == k_hi  # exactly one grid instant can have produced this value
-    tau = grid.offset_s + k_lo[one] * grid.period_s
-    return tau - window_s, tau, v[i][one], np.full(int(one.sum()), weight)
-
-
-def sensor_rows(dev_samples, grid: RefreshEstimate, cfg: RegressionConfig) -> SensorRows:
-    """Every usable sensor interval of one device's samples (a DataFrame), sorted by time."""
-    t = dev_samples["t_s"].to_numpy(dtype=float)
-    parts = []
-    specs = [
-        (COUNTER, cfg.use_counter, "energy_j"),
-        (INSTANT, cfg.use_instant, "power_instant_w"),
-        (AVERAGE, cfg.use_average, "power_w"),
-    ]
-    for kind, wanted, col in specs:
-        if not wanted or col not in dev_samples.columns or dev_samples[col].notna().sum() < 2:
-            continue
-        v = dev_samples[col].to_numpy(dtype=float)
-        if kind == COUNTER:
-            got = _counter_rows(t, v, grid, cfg.counter_weight)
-        elif kind == INSTANT:
-            got = _power_rows(t, v, grid, cfg.instant_window_s, cfg.instant_weight)
-        else:
-            got = _power_rows(t, v, grid, cfg.average_window_s, cfg.average_weight)
-        if got is not None and len(got[0]):
-            parts.append((*got, np.full(len(got[0]), kind)))
-    if not parts:
-        raise AttributionError(
-            "no usable energy counter or power readings in samples.csv for regression: "
-            "record energy_j or power_instant_w"
-        )
-    t0, t1, p, w, k = (np.concatenate(x) for x in zip(*parts, strict=True))
-    order = np.argsort(0.5 * (t0 + t1), kind="stable")
-    return SensorRows(t0[order], t1[order], p[order], k[order], w[order])
+def _fit(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return nnls(a, b, maxiter=50 * a.shape[1])[0]
 
 
 def _nnls_gram(gram: np.ndarray, rhs: np.ndarray) -> np.ndarray:
@@ -199,7 +138,7 @@ def _nnls_gram(gram: np.ndarray, rhs: np.ndarray) -> np.ndarray:
 
 
 def _block_bootstrap(a: np.ndarray, b: np.ndarray, mid_s: np.ndarray, cfg: RegressionConfig):
-    """Powers refitted on `n_boot` moving-block resamples of the rows: (n_boot, p)."""
+    """Powers refitted on `n_boot` moving-block resamples of the rows: (n_boot, p), block rows."""
     n, p = a.shape
     span_s = float(mid_s[-1] - mid_s[0]) if n > 1 else 0.0
     block = int(np.clip(round(cfg.block_s * n / span_s) if span_s > 0 else n, 1, n))
@@ -218,8 +157,65 @@ def _block_bootstrap(a: np.ndarray, b: np.ndarray, mid_s: np.ndarray, cfg: Regre
     return out, block
 
 
-def _fit(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return nnls(a, b, maxiter=50 * a.shape[1])[0]
+@dataclass
+class _Problem:
+    """The rows kept for the fit, the labels fitted, and the grid's jitter and shift."""
+
+    timeline: Timeline
+    rows: SensorRows
+    cols: list[int]
+    sigma_s: float
+    u: np.ndarray
+    """Each row's position in the run, -1 … 1 (the drift term of the shift multiplies it)."""
+
+    def design(self, sigma_s: float | None = None, shift_s: np.ndarray | float = 0.0):
+        """Expected fraction of each row's interval that each fitted label covers."""
+        sig = self.sigma_s if sigma_s is None else max(sigma_s, 0.0)
+        r = self.rows
+        ov = self.timeline.overlap_s(r.t0_s + shift_s, r.t1_s + shift_s, sig)
+        return ov[:, self.cols] / r.duration_s[:, None]
+
+    def full(self, power: np.ndarray) -> np.ndarray:
+        out = np.zeros(len(self.timeline.names))
+        out[self.cols] = power
+        return out
+
+
+def _fgls_weights(prob: _Problem, x, power, kind_w, shift_s) -> np.ndarray:
+    """Row weights ∝ configured weight / √(noise floor of its signal + its jitter variance)."""
+    rows = prob.rows
+    var_w2 = jitter_variance_w2(prob.timeline, rows, prob.full(power), prob.sigma_s, shift_s)
+    base = np.zeros(len(rows))
+    for k in np.unique(rows.kind):
+        m = rows.kind == k
+        r = rows.power_w[m] - x[m] @ power
+        base[m] = max(float(np.mean(r**2) - np.mean(var_w2[m])), _MIN_ROW_VAR_W2)
+    w = kind_w[rows.kind] / np.sqrt(base + var_w2)
+    return w / np.sqrt(np.mean(w**2))
+
+
+def _refine_shift(prob: _Problem, w: np.ndarray, prior_sd: np.ndarray):
+    """Gauss-Newton on the grid's shift s0 + s1·u, with a Gaussian prior: (θ, covariance)."""
+    y = prob.rows.power_w
+    lam = 1.0 / prior_sd**2
+    theta = np.zeros(2)
+    h = 20e-6
+    a = np.diag(lam)
+    for _ in range(6):
+        shift = theta[0] + theta[1] * prob.u
+        x = prob.design(shift_s=shift)
+        d = (prob.design(shift_s=shift + h) - prob.design(shift_s=shift - h)) / (2 * h)
+        power = _fit(x * w[:, None], y * w)
+        r = (y - x @ power) * w
+        g = (d @ power) * w
+        jac = np.column_stack([g, g * prob.u])
+        v = max(float(np.mean(r**2)), 1e-12)
+        a = jac.T @ jac / v + np.diag(lam)
+        step = np.linalg.solve(a, jac.T @ r / v - lam * theta)
+        theta = np.clip(theta + step, -5 * prior_sd, 5 * prior_sd)
+        if np.max(np.abs(step)) < 1e-7:
+            break
+    return theta, np.linalg.inv(a)
 
 
 def attribute_regression(
@@ -228,7 +224,7 @@ def attribute_regression(
     """Attribute one device's energy to the timeline's phases by regression (module docstring).
 
     Raises:
-        AttributionError: no refresh grid can be found, or no sensor interval is usable.
+        AttributionError: no refresh grid can be found, or too few sensor intervals are usable.
     """
     cfg = cfg or RegressionConfig()
     dev = samples[samples["device"] == device]
@@ -240,14 +236,14 @@ def attribute_regression(
             "(use --method proportional for this run)"
         )
     jg = fit_jitter_grid(dev["t_s"].to_numpy(float), dev[grid0.signal].to_numpy(float), grid0)
-    sigma = jg.jitter_s
-    rows = sensor_rows(dev, jg.grid, cfg)
-
-    def design(r: SensorRows, jitter_s: float, shift_s: float = 0.0) -> np.ndarray:
-        ov = timeline.overlap_s(r.t0_s + shift_s, r.t1_s + shift_s, jitter_s)
-        return ov / (r.t1_s - r.t0_s)[:, None]
-
-    frac = design(rows, sigma)
+    rows = sensor_rows(
+        dev,
+        jg.grid,
+        counter_weight=cfg.counter_weight if cfg.use_counter else None,
+        instant=(cfg.instant_window_s, cfg.instant_weight) if cfg.use_instant else None,
+        average=(cfg.average_window_s, cfg.average_weight) if cfg.use_average else None,
+    )
+    frac = timeline.overlap_s(rows.t0_s, rows.t1_s, jg.jitter_s) / rows.duration_s[:, None]
     r0, r1 = timeline.region_s
     keep = (
         (frac[:, timeline.names.index(WARMUP)] <= 1e-6)
@@ -256,54 +252,132 @@ def attribute_regression(
         & (rows.t1_s > r0 - cfg.margin_s)
         & (rows.t0_s < r1 + cfg.margin_s)
     )
-    rows, frac = rows.select(keep), frac[keep]
-    cover = (design(rows, 0.0) > 1e-9).sum(axis=0)
+    rows = rows.select(keep)
+    cover = (timeline.overlap_s(rows.t0_s, rows.t1_s) > 1e-9).sum(axis=0)
     cols = [j for j, nm in enumerate(timeline.names) if nm != WARMUP and cover[j] > 0]
-    if len(rows.t0_s) < 2 * len(cols) or not cols:
+    if len(rows) < 2 * len(cols) or not cols:
         raise AttributionError(
-            f"only {len(rows.t0_s)} sensor intervals of {device} fall in the analysed steps: "
+            f"only {len(rows)} sensor intervals of {device} fall in the analysed steps: "
             "the run is too short for regression (record more steps)"
         )
-    w = rows.weight[:, None]
-    x = frac[:, cols]
-    a, b = x * w, rows.power_w * rows.weight
+    mid = rows.mid_s
+    half = max(0.5 * float(mid[-1] - mid[0]), 1e-9)
+    center = jg.center_s if np.isfinite(jg.center_s) else 0.5 * float(mid[-1] + mid[0])
+    prob = _Problem(timeline, rows, cols, jg.jitter_s, np.clip((mid - center) / half, -1, 1))
+    y = rows.power_w
+    kind_w = np.array([cfg.counter_weight, cfg.instant_weight, cfg.average_weight])
+
+    # Fit, reweigh, refine the grid's shift, reweigh at the refined shift, fit again.
+    shift: np.ndarray | float = 0.0
+    w = rows.weight
+    x = prob.design()
+    power = _fit(x * w[:, None], y * w)
+    prior_sd = np.array([jg.offset_se_s, jg.period_se_s * half / jg.grid.period_s])
+    theta, theta_cov = np.zeros(2), np.diag(prior_sd**2)
+    if cfg.reweight:
+        w = _fgls_weights(prob, x, power, kind_w, shift)
+    if cfg.refine_grid:
+        theta, theta_cov = _refine_shift(prob, w, np.maximum(prior_sd, 1e-7))
+        shift = theta[0] + theta[1] * prob.u
+        x = prob.design(shift_s=shift)
+        power = _fit(x * w[:, None], y * w)
+        if cfg.reweight:
+            w = _fgls_weights(prob, x, power, kind_w, shift)
+    a, b = x * w[:, None], y * w
     power = _fit(a, b)
-    boot, block = _block_bootstrap(a, b, 0.5 * (rows.t0_s + rows.t1_s), cfg)
-    # What the bootstrap cannot see: the grid's own uncertainty (position and jitter σ).
+    boot, block = _block_bootstrap(a, b, mid, cfg)
+
+    # What the bootstrap cannot see: the uncertainty of σ and of the grid's shift.
     sens = []
-    for d_sigma, shift in ((jg.jitter_se_s, 0.0), (0.0, jg.offset_se_s)):
-        plus = _fit(design(rows, sigma + d_sigma, shift)[:, cols] * w, b)
-        minus = _fit(design(rows, max(sigma - d_sigma, 0.0), -shift)[:, cols] * w, b)
-        sens.append(0.5 * (plus - minus))
+    evals, evecs = np.linalg.eigh(theta_cov)
+    perturb = [(jg.jitter_se_s, np.zeros(2))]
+    perturb += [(0.0, np.sqrt(max(ev, 0.0)) * evecs[:, i]) for i, ev in enumerate(evals)]
+    for d_sigma, d_theta in perturb:
+        fits = []
+        for sign in (1.0, -1.0):
+            th = theta + sign * d_theta
+            xs = prob.design(jg.jitter_s + sign * d_sigma, th[0] + th[1] * prob.u)
+            fits.append(_fit(xs * w[:, None], b))
+        sens.append(0.5 * (fits[0] - fits[1]))
     sys_sd_w = np.sqrt(np.sum(np.square(sens), axis=0))
-    resid = rows.power_w - x @ power
+
+    results, step_e, step_lo, step_hi = _phase_results(
+        timeline, cols, power, boot, sys_sd_w, cover, cfg, device
+    )
+    resid = y - x @ power
+    diagnostics = {
+        "n_rows": len(rows),
+        "residual_rms_w": float(np.sqrt(np.mean(resid**2))),
+        "rows": {
+            KIND_NAMES[k]: {
+                "n_rows": int((rows.kind == k).sum()),
+                "residual_rms_w": float(np.sqrt(np.mean(resid[rows.kind == k] ** 2))),
+            }
+            for k in np.unique(rows.kind)
+        },
+        "fitted_power_w": {timeline.names[j]: float(power[i]) for i, j in enumerate(cols)},
+        "grid_sd_w": {timeline.names[j]: float(sys_sd_w[i]) for i, j in enumerate(cols)},
+        "rows_per_label": {timeline.names[j]: int(cover[j]) for j in cols},
+        "n_boot": cfg.n_boot,
+        "block_rows": block,
+        "confidence": cfg.confidence,
+        "instant_window_s": cfg.instant_window_s,
+        "refresh": jg.to_json(),
+        "grid_shift_s": float(theta[0]),
+        "grid_shift_sd_s": float(np.sqrt(theta_cov[0, 0])),
+        "grid_drift_s": float(theta[1]),
+    }
+    notes = []
+    coverage = _refresh_coverage(timeline, jg.grid)
+    diagnostics["step_start_refresh_coverage"] = coverage
+    if coverage < 0.5:
+        notes.append(
+            f"step starts fall in only {100 * coverage:.0f}% of the sensor's refresh cycle: the "
+            "steps run nearly in lockstep with the sensor, so short phases may stay unresolved"
+        )
+    return DeviceAttribution(
+        device=device,
+        method=METHOD,
+        phases=results,
+        n_steps=timeline.n_steps,
+        warmup_steps=len(timeline.warmup_steps),
+        step_time_s=timeline.step_time_s / timeline.n_steps,
+        step_energy_j=step_e,
+        step_energy_lo_j=step_lo,
+        step_energy_hi_j=step_hi,
+        diagnostics=diagnostics,
+        notes=notes,
+    )
+
+
+def _phase_results(timeline, cols, power, boot, sys_sd_w, cover, cfg, device):
+    """One PhaseResult per label, resolved or not; and the analysed steps' energy with bounds."""
     alpha = 1.0 - cfg.confidence
     z = float(norm.ppf(1 - alpha / 2))
     n_steps = timeline.n_steps
-
     col_of = {timeline.names[j]: i for i, j in enumerate(cols)}
-    in_step = timeline.in_step_labels
-    # Energy of the whole analysed steps: well determined even when its split is not.
+    in_step = set(timeline.in_step_labels)
+    # Energy of the whole analysed steps: well determined even where its split is not.
     t_vec = np.array([timeline.time_s.get(timeline.names[j], 0.0) for j in cols])
-    step_mask = np.array([timeline.names[j] in in_step for j in cols])
-    step_e = float(power[step_mask] @ t_vec[step_mask])
-    step_lo, step_hi = np.quantile(
-        boot[:, step_mask] @ t_vec[step_mask], [alpha / 2, 1 - alpha / 2]
-    )
+    mask = np.array([timeline.names[j] in in_step for j in cols])
+    step_e = float(power[mask] @ t_vec[mask])
+    q = np.quantile(boot[:, mask] @ t_vec[mask], [alpha / 2, 1 - alpha / 2])
+    step_sys = z * float(np.sqrt(np.sum((sys_sd_w[mask] * t_vec[mask]) ** 2)))
+    step_lo = step_e - float(np.hypot(max(step_e - q[0], 0.0), step_sys))
+    step_hi = step_e + float(np.hypot(max(q[1] - step_e, 0.0), step_sys))
 
     results: list[PhaseResult] = []
     for name in timeline.order:
         time_s = timeline.time_s[name]
         if name not in col_of:
-            results.append(
-                unresolved(name, time_s, n_steps, METHOD, "no sensor interval overlaps it", device)
-            )
+            why = "no sensor interval overlaps it"
+            results.append(unresolved(name, time_s, n_steps, METHOD, why, device))
             continue
         i = col_of[name]
         n_cover = int(cover[cols[i]])
         e = float(power[i] * time_s)
         q_lo, q_hi = (
-            float(q) * time_s for q in np.quantile(boot[:, i], [alpha / 2, 1 - alpha / 2])
+            float(v) * time_s for v in np.quantile(boot[:, i], [alpha / 2, 1 - alpha / 2])
         )
         s_j = z * float(sys_sd_w[i]) * time_s
         lo = e - float(np.hypot(max(e - q_lo, 0.0), s_j))
@@ -321,6 +395,7 @@ def attribute_regression(
         if why is not None:
             results.append(unresolved(name, time_s, n_steps, METHOD, why, device))
             continue
+        share = 100.0 * e / step_e if name != IDLE and step_e > 0 else None
         note = f"{n_cover} sensor intervals; ±{50 * (hi - lo) / e:.1f}%"
         results.append(
             PhaseResult(
@@ -331,7 +406,7 @@ def attribute_regression(
                 max(lo, 0.0),
                 hi,
                 float(power[i]),
-                100.0 * e / step_e if name != IDLE and step_e > 0 else None,
+                share,
                 METHOD,
                 True,
                 note,
@@ -339,48 +414,7 @@ def attribute_regression(
                 n_steps,
             )
         )
-    kinds = {
-        KIND_NAMES[k]: {
-            "n_rows": int((rows.kind == k).sum()),
-            "residual_rms_w": float(np.sqrt(np.mean(resid[rows.kind == k] ** 2))),
-        }
-        for k in np.unique(rows.kind)
-    }
-    diagnostics = {
-        "n_rows": int(len(rows.t0_s)),
-        "residual_rms_w": float(np.sqrt(np.mean(resid**2))),
-        "weighted_residual_rms_w": float(np.sqrt(np.mean((b - a @ power) ** 2))),
-        "rows": kinds,
-        "fitted_power_w": {timeline.names[j]: float(power[i]) for i, j in enumerate(cols)},
-        "grid_sd_w": {timeline.names[j]: float(sys_sd_w[i]) for i, j in enumerate(cols)},
-        "rows_per_label": {timeline.names[j]: int(cover[j]) for j in cols},
-        "n_boot": cfg.n_boot,
-        "block_rows": block,
-        "confidence": cfg.confidence,
-        "instant_window_s": cfg.instant_window_s,
-        "refresh": jg.to_json(),
-    }
-    notes = []
-    coverage = _refresh_coverage(timeline, jg.grid)
-    diagnostics["step_start_refresh_coverage"] = coverage
-    if coverage < 0.5:
-        notes.append(
-            f"step starts fall in only {100 * coverage:.0f}% of the sensor's refresh cycle: the "
-            "steps run nearly in lockstep with the sensor, so short phases may stay unresolved"
-        )
-    return DeviceAttribution(
-        device=device,
-        method=METHOD,
-        phases=results,
-        n_steps=n_steps,
-        warmup_steps=len(timeline.warmup_steps),
-        step_time_s=timeline.step_time_s / n_steps,
-        step_energy_j=step_e,
-        step_energy_lo_j=float(step_lo),
-        step_energy_hi_j=float(step_hi),
-        diagnostics=diagnostics,
-        notes=notes,
-    )
+    return results, step_e, step_lo, step_hi
 
 
 def _refresh_coverage(timeline: Timeline, grid: RefreshEstimate, bins: int = 20) -> float:
@@ -393,3 +427,6 @@ def _refresh_coverage(timeline: Timeline, grid: RefreshEstimate, bins: int = 20)
     cycle = ((starts - grid.offset_s) / grid.period_s) % 1.0
     hit = np.unique(np.minimum((cycle * bins).astype(int), bins - 1))
     return len(hit) / bins
+
+
+__all__ = ["METHOD", "JitterGrid", "RegressionConfig", "attribute_regression"]

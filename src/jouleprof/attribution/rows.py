@@ -1,0 +1,164 @@
+"""Sensor readings as equations: one row per interval of time whose mean power is known.
+
+- counter rows: between two consecutive counter values the device drew exactly their
+  difference. Each value is placed on the refresh grid (`counter_points`): the value read at
+  time r belongs to the last refresh before r.
+- power rows: a power reading is the mean power over the window before the refresh that
+  produced it (the instant field ~25 ms, the default field 1 s). A reading is labelled with
+  the one grid instant inside its update bracket (the two reads between which the value
+  changed, widened by 3σ of the grid's jitter); readings whose bracket holds no single grid
+  instant (a gap in the reads) are dropped rather than guessed.
+
+The true refresh instants jitter around the grid. `jitter_variance_w2` gives, for each row, how
+much that jitter can move its mean power given the phases' powers: rows whose edges sit on a
+large power step are noisy, rows inside one phase are not.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from jouleprof.attribution.common import Timeline
+from jouleprof.errors import AttributionError
+from jouleprof.sensors.refresh import RefreshEstimate, counter_points
+
+COUNTER, INSTANT, AVERAGE = 0, 1, 2
+KIND_NAMES = ("counter", "power_instant", "power_avg")
+
+
+@dataclass
+class SensorRows:
+    """One row per sensor interval: [t0_s, t1_s] drew mean power `power_w`."""
+
+    t0_s: np.ndarray
+    t1_s: np.ndarray
+    power_w: np.ndarray
+    kind: np.ndarray
+    """COUNTER, INSTANT or AVERAGE."""
+    weight: np.ndarray
+    """Square-root weight of the row in the least squares."""
+
+    def __len__(self) -> int:
+        return len(self.t0_s)
+
+    @property
+    def duration_s(self) -> np.ndarray:
+        return self.t1_s - self.t0_s
+
+    @property
+    def mid_s(self) -> np.ndarray:
+        return 0.5 * (self.t0_s + self.t1_s)
+
+    def select(self, keep: np.ndarray) -> SensorRows:
+        return SensorRows(
+            *(a[keep] for a in (self.t0_s, self.t1_s, self.power_w, self.kind, self.weight))
+        )
+
+
+def _counter_rows(t_s, energy_j, grid: RefreshEstimate, weight: float):
+    tau, c = counter_points(t_s, energy_j, grid)
+    # The first value was read at the run's edge, before any refresh was seen: its instant is
+    # not on the grid, so it starts no interval.
+    tau, c = tau[1:], c[1:]
+    if len(tau) < 2:
+        return None
+    dt, de = np.diff(tau), np.diff(c)
+    ok = (dt > 0) & (de >= 0)  # de < 0: the counter was reset
+    t0, t1 = tau[:-1][ok], tau[1:][ok]
+    # The jitter's error in joules does not grow with the interval: in watts it shrinks.
+    w = weight * np.minimum(dt[ok] / grid.period_s, 2.0)
+    return t0, t1, de[ok] / dt[ok], w
+
+
+def _power_rows(t_s, power_w, grid: RefreshEstimate, window_s: float, weight: float):
+    ok = ~np.isnan(power_w)
+    t, v = np.asarray(t_s, dtype=float)[ok], np.asarray(power_w, dtype=float)[ok]
+    if len(t) < 2:
+        return None
+    i = np.flatnonzero(v[1:] != v[:-1]) + 1
+    slack = 3.0 * max(grid.jitter_s if np.isfinite(grid.jitter_s) else 0.0, 0.5e-3)
+    k_lo = np.ceil((t[i - 1] - slack - grid.offset_s) / grid.period_s)
+    k_hi = np.floor((t[i] + slack - grid.offset_s) / grid.period_s)
+    one = k_lo == k_hi  # exactly one grid instant can have produced this value
+    tau = grid.offset_s + k_lo[one] * grid.period_s
+    return tau - window_s, tau, v[i][one], np.full(int(one.sum()), weight)
+
+
+def sensor_rows(
+    dev_samples,
+    grid: RefreshEstimate,
+    *,
+    counter_weight: float | None = 1.0,
+    instant: tuple[float, float] | None = (0.025, 0.5),
+    average: tuple[float, float] | None = None,
+) -> SensorRows:
+    """Every usable sensor interval of one device's samples (a DataFrame), sorted by time.
+
+    Args:
+        dev_samples: one device's rows of samples.csv.
+        grid: the refresh grid the readings are placed on.
+        counter_weight: weight of a one-period counter row; None: no counter rows.
+        instant: (window_s, weight) of the instant power rows; None: none.
+        average: (window_s, weight) of the default (running average) power rows; None: none.
+
+    Raises:
+        AttributionError: no signal gives a single row.
+    """
+    t = dev_samples["t_s"].to_numpy(dtype=float)
+    parts = []
+    specs = [
+        (COUNTER, "energy_j", counter_weight),
+        (INSTANT, "power_instant_w", instant),
+        (AVERAGE, "power_w", average),
+    ]
+    for kind, col, spec in specs:
+        if spec is None or col not in dev_samples.columns or dev_samples[col].notna().sum() < 2:
+            continue
+        v = dev_samples[col].to_numpy(dtype=float)
+        if kind == COUNTER:
+            got = _counter_rows(t, v, grid, float(spec))  # type: ignore[arg-type]
+        else:
+            window_s, weight = spec  # type: ignore[misc]
+            got = _power_rows(t, v, grid, window_s, weight)
+        if got is not None and len(got[0]):
+            parts.append((*got, np.full(len(got[0]), kind)))
+    if not parts:
+        raise AttributionError(
+            "no usable energy counter or power readings in samples.csv for regression: "
+            "record energy_j or power_instant_w"
+        )
+    t0, t1, p, w, k = (np.concatenate(x) for x in zip(*parts, strict=True))
+    order = np.argsort(0.5 * (t0 + t1), kind="stable")
+    return SensorRows(t0[order], t1[order], p[order], k[order], w[order])
+
+
+def jitter_variance_w2(
+    timeline: Timeline,
+    rows: SensorRows,
+    power_w: np.ndarray,
+    sigma_s: float,
+    shift_s: np.ndarray | float = 0.0,
+) -> np.ndarray:
+    """Variance (W²) of each row's mean power caused by the jitter of its refresh instants.
+
+    The energy drawn up to t is G(t) = Σ_label P_label × cumulative time (`power_w` per label of
+    `timeline.names`). Power rows move both edges together (one refresh); counter rows have
+    independent edges (two refreshes).
+    """
+    if sigma_s <= 0:
+        return np.zeros(len(rows))
+    z, wq = np.polynomial.hermite_e.hermegauss(9)
+    wq = wq / wq.sum()
+    t0, t1 = rows.t0_s + shift_s, rows.t1_s + shift_s
+    g0 = np.stack([timeline.cumulative_s(t0 + sigma_s * zi) @ power_w for zi in z])
+    g1 = np.stack([timeline.cumulative_s(t1 + sigma_s * zi) @ power_w for zi in z])
+    g0 -= g0[len(z) // 2]  # centre before squaring: G itself is large
+    g1 -= g1[len(z) // 2]
+
+    def var(g: np.ndarray) -> np.ndarray:
+        return np.maximum(wq @ g**2 - (wq @ g) ** 2, 0.0)
+
+    v = np.where(rows.kind == COUNTER, var(g1) + var(g0), var(g1 - g0))
+    return v / rows.duration_s**2

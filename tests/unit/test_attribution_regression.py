@@ -1,0 +1,156 @@
+"""The CPU target of issue 3: regression recovers per-phase energy the sensor cannot see directly.
+
+A simulated GPU whose per-phase power is known exactly, seen through the realistic sensor model
+(100 ms refresh whose instants jitter by 2 ms and are unknown to attribution, a 25 ms instant
+window with 0.5 W noise, a millijoule counter, reads picked up up to 3 ms late, span edges with
+50 µs of noise), over 3 minutes of a 0.37 s step. Targets:
+
+- every phase of ≥ 30 ms within 2 % of the truth;
+- for 3-30 ms phases, an interval that says honestly how wide it is: narrower than ±50 %, and
+  holding the truth as often as it claims (a 95 % interval misses about one run in twenty, so
+  the coverage is checked over twelve runs, and no single run may miss by more than twice
+  its half-width);
+- the time-share baseline misses by far more.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+
+from jouleprof.attribution.common import IDLE, build_timeline
+from jouleprof.attribution.proportional import attribute_proportional
+from jouleprof.attribution.regression import attribute_regression
+from jouleprof.sensors.simulated_workload import PhaseSpec, SimulatedRun, simulate_training
+
+PHASES = [
+    PhaseSpec("data", 0.008, 150.0),
+    PhaseSpec("forward", 0.120, 480.0),
+    PhaseSpec("backward", 0.200, 600.0),
+    PhaseSpec("optimizer", 0.035, 430.0),
+    PhaseSpec("ema", 0.010, 495.0),
+]
+LONG = [p.name for p in PHASES if p.duration_s >= 0.030]
+SHORT = [p.name for p in PHASES if p.duration_s < 0.030]
+STEPS = 480  # 3 minutes
+SEEDS = range(12)
+
+
+def exact_truth(run: SimulatedRun, steps: set[int], gap: bool = False) -> dict[str, float]:
+    """Each phase's energy over `steps`, from the true (noise-free) schedule.
+
+    The recorded spans carry edge noise, so the energy inside them is not the truth (it
+    double-counts overlaps: +1 % for a low-power 8 ms phase between two 480 W ones). The
+    schedule's segments are the phases in order after the lead-in (and a gap after each step).
+    """
+    edges, power = run.schedule._edges_s, run.schedule._power_w  # noqa: SLF001
+    out: dict[str, float] = {}
+    i = 1
+    for step in range(run.steps):
+        for ph in PHASES:
+            if step in steps:
+                out[ph.name] = out.get(ph.name, 0.0) + power[i] * (edges[i + 1] - edges[i])
+            i += 1
+        i += gap
+    return out
+
+
+@functools.cache
+def attributed(seed: int, gap_s: float = 0.0):
+    run = simulate_training(PHASES, STEPS, span_noise_s=50e-6, gap_s=gap_s, seed=seed)
+    samples = run.samples_frame()
+    tl = build_timeline(run.spans_frame(), samples["t_s"].min(), samples["t_s"].max())
+    reg = attribute_regression(samples, tl, "gpu0")
+    prop = attribute_proportional(samples, tl, "gpu0")
+    return reg, prop, exact_truth(run, set(tl.analysed_steps), gap=gap_s > 0), tl
+
+
+def rel_err(value: float, truth: float) -> float:
+    return (value - truth) / truth
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_regression_recovers_every_phase(seed):
+    reg, prop, truth, tl = attributed(seed)
+    assert tl.warmup_steps == [0]
+    for name in LONG:
+        p = reg.phase(name)
+        assert p.resolved, p.note
+        assert abs(rel_err(p.energy_j, truth[name])) < 0.02, (name, p.energy_j, truth[name])
+        assert p.energy_lo_j <= p.energy_j <= p.energy_hi_j
+    for name in SHORT:
+        p = reg.phase(name)
+        assert p.resolved, p.note
+        half = 0.5 * (p.energy_hi_j - p.energy_lo_j)
+        assert p.rel_halfwidth < 0.5 and f"±{100 * p.rel_halfwidth:.1f}%" in p.note
+        assert abs(p.energy_j - truth[name]) < 2 * half, (name, p.energy_j, truth[name], half)
+    # The time-share baseline is off by far more on some phase (energy is not time).
+    worst = max(abs(rel_err(prop.phase(n).energy_j, truth[n])) for n in truth)
+    assert worst > 0.05
+    assert abs(rel_err(prop.phase("optimizer").energy_j, truth["optimizer"])) > 0.05
+    assert sum(p.share_pct for p in reg.phases) == pytest.approx(100.0)
+
+
+def test_short_phase_intervals_hold_the_truth_as_often_as_they_claim():
+    inside, z = [], []
+    for seed in SEEDS:
+        reg, _, truth, _ = attributed(seed)
+        for name in SHORT:
+            p = reg.phase(name)
+            assert p.resolved and p.rel_halfwidth < 0.5
+            inside.append(p.energy_lo_j <= truth[name] <= p.energy_hi_j)
+            z.append((p.energy_j - truth[name]) / (0.5 * (p.energy_hi_j - p.energy_lo_j)))
+    # 95 % intervals: 22.8 of 24 expected inside; ≥ 21 holds unless they are too narrow.
+    assert sum(inside) >= 21, inside
+    # Honest, not inflated: the errors use a fair part of the width (for a 95 % interval the
+    # RMS of error / half-width is 0.51).
+    rms = float(np.sqrt(np.mean(np.square(z))))
+    assert 0.25 < rms < 0.9, rms
+
+
+def test_long_phases_hold_across_seeds_and_beat_the_baseline_by_far():
+    for seed in SEEDS:
+        reg, prop, truth, _ = attributed(seed)
+        for name in LONG:
+            e_reg = rel_err(reg.phase(name).energy_j, truth[name])
+            e_prop = rel_err(prop.phase(name).energy_j, truth[name])
+            assert abs(e_reg) < 0.02
+            if name != "forward":  # forward's power is near the step's mean: time share is close
+                assert abs(e_prop) > 5 * abs(e_reg) and abs(e_prop) > 0.05, (name, e_prop)
+
+
+def test_idle_gaps_between_steps_get_their_own_power():
+    reg, prop, truth, tl = attributed(0, gap_s=0.03)
+    assert tl.time_s[IDLE] == pytest.approx(0.03 * (STEPS - 1), rel=0.01)
+    idle = reg.phase(IDLE)
+    assert idle.resolved and idle.share_pct is None
+    assert idle.mean_power_w == pytest.approx(90.0, rel=0.02)
+    for name in LONG:
+        assert abs(rel_err(reg.phase(name).energy_j, truth[name])) < 0.02
+    for name in SHORT:
+        p = reg.phase(name)
+        assert p.resolved and p.rel_halfwidth < 0.5
+        assert abs(p.energy_j - truth[name]) < (p.energy_hi_j - p.energy_lo_j)
+
+
+def test_steps_in_lockstep_with_the_sensor_are_flagged_and_never_guessed():
+    # 400 ms steps with no jitter: every refresh edge falls at the same four points of a step.
+    phases = [PhaseSpec(p.name, p.duration_s, p.power_w, duration_jitter=0.0) for p in PHASES]
+    phases[1] = PhaseSpec("forward", 0.130, 480.0, duration_jitter=0.0)
+    phases[3] = PhaseSpec("optimizer", 0.052, 430.0, duration_jitter=0.0)
+    run = simulate_training(phases, 300, span_noise_s=50e-6, seed=0)
+    samples = run.samples_frame()
+    tl = build_timeline(run.spans_frame(), samples["t_s"].min(), samples["t_s"].max())
+    reg = attribute_regression(samples, tl, "gpu0")
+    assert any("lockstep" in n for n in reg.notes)
+    power = {p.name: p.power_w for p in phases}
+    unresolved = [p for p in reg.phases if not p.resolved]
+    assert unresolved  # the short phases cannot be separated
+    for p in reg.phases:
+        if p.resolved:  # what is reported is still right, within its (wide) interval
+            truth = power[p.phase] * p.time_s
+            assert abs(p.energy_j - truth) < p.energy_hi_j - p.energy_lo_j, p
+        else:
+            assert p.energy_j is None and p.energy_lo_j is None and p.note
