@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from jouleprof.attribution.common import GAP_TOLERANCE_S, build_timeline, check_spans
-from jouleprof.attribution.isolation import attribute_isolation, read_isolation_csv
+from jouleprof.attribution.isolation import attribute_isolation, load_replays
 from jouleprof.attribution.proportional import attribute_proportional, measured_region_energy
 from jouleprof.attribution.regression import RegressionConfig, attribute_regression
 from jouleprof.attribution.result import AttributionResult, DeviceAttribution
@@ -88,7 +88,8 @@ def attribute(
     """Attribute a run's energy to its phases, per device (default: every GPU in samples.csv).
 
     Args:
-        run_dir: the run directory (samples.csv, spans.csv; isolation.csv for isolation).
+        run_dir: the run directory (samples.csv, spans.csv; for isolation, isolation.csv or
+            the runner's isolation_windows.csv).
         method: "proportional", "regression" or "isolation".
         device: one device to attribute (e.g. "gpu0"); None: all GPUs, summed in `total`.
         warmup_steps: leading steps to exclude; None: the rule of `common.auto_warmup_steps`.
@@ -107,7 +108,6 @@ def attribute(
     spans = _read_spans(rd)
     samples = rd.read_samples()
     devices = _devices(samples, device)
-    replays = read_isolation_csv(rd.path) if method == "isolation" else None
     out: list[DeviceAttribution] = []
     for dev in devices:
         _check_signals(samples, dev)
@@ -119,7 +119,7 @@ def attribute(
         elif method == "regression":
             out.append(attribute_regression(samples, tl, dev, cfg))
         else:
-            assert replays is not None
+            replays = load_replays(rd.path, samples, dev)
             region = measured_region_energy(samples, tl, dev)
             r0, r1 = tl.region_s
             # Shares are of the steps' energy: idle gaps between steps are taken out by time.

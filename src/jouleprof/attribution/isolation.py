@@ -18,6 +18,11 @@ signal     the signal it came from (counter, power_instant, ...)
 device     the device it ran on
 ========== ==========================================================================
 
+The isolation runner (`bench.isolation`) records only each loop's window of time, in
+isolation_windows.csv (replay, n_calls, t0_s, t1_s); `results_from_windows` measures each window's
+energy from samples.csv (the counter where read, with its bound) and gives the same rows, so a
+run with either file can be attributed by isolation.
+
 Intervals are propagated by interval arithmetic through the differencing: a difference's bound
 is the widest the two bounds allow, so it is conservative. An isolated phase runs warm and
 without its neighbours in the step, which is exactly what makes it a reference and also its
@@ -44,6 +49,7 @@ log = logging.getLogger(__name__)
 
 METHOD = "isolation"
 ISOLATION_CSV = "isolation.csv"
+WINDOWS_CSV = "isolation_windows.csv"  # written by bench.isolation
 MIN_LOOP_S = 5.0
 
 
@@ -136,6 +142,55 @@ def read_isolation_csv(run_dir: str | os.PathLike[str]) -> list[IsolationResult]
     if not out:
         raise AttributionError(f"{p} holds no replay rows")
     return out
+
+
+def results_from_windows(samples, windows_path: str | os.PathLike[str], device: str):
+    """IsolationResult rows for `device` from the runner's windows and the run's samples.
+
+    Raises:
+        AttributionError: a window's energy cannot be measured (the reason is given).
+    """
+    from jouleprof.bench.isolation import read_isolation_windows  # a pure reader of its format
+    from jouleprof.sensors.refresh import detect_device_refresh
+    from jouleprof.timeline.summary import best_energy
+    from jouleprof.timeline.windows import window_energies
+
+    try:
+        windows = read_isolation_windows(windows_path)
+    except ValueError as e:
+        raise RunDirError(str(e)) from e
+    refresh = detect_device_refresh(samples, device)
+    out = []
+    for w in windows:
+        wins = window_energies(samples, device, w.t0_s, w.t1_s, refresh)
+        best = best_energy(wins)
+        if best is None or best.energy_j is None:
+            why = "; ".join(f"{k}: {v.reason}" for k, v in wins.items())
+            raise AttributionError(f"replay {w.replay!r} on {device}: no energy ({why})")
+        e = best.energy_j
+        lo = e if best.lo_j is None else min(best.lo_j, e)
+        hi = e if best.hi_j is None else max(best.hi_j, e)
+        out.append(
+            IsolationResult(w.replay, w.n_calls, w.duration_s, e, lo, hi, best.signal, device)
+        )
+    return out
+
+
+def load_replays(run_dir: str | os.PathLike[str], samples, device: str) -> list[IsolationResult]:
+    """The replays of `device`: isolation.csv, else the windows of isolation_windows.csv.
+
+    Raises:
+        AttributionError: the run has neither (it was made without isolation).
+    """
+    d = Path(run_dir)
+    if (d / ISOLATION_CSV).is_file():
+        return read_isolation_csv(d)
+    if (d / WINDOWS_CSV).is_file():
+        return results_from_windows(samples, d / WINDOWS_CSV, device)
+    raise AttributionError(
+        f"{run_dir} has no {ISOLATION_CSV} or {WINDOWS_CSV}: --method isolation needs a run made "
+        "with isolation enabled (replay loops of each phase measured alone)"
+    )
 
 
 @dataclass(frozen=True)

@@ -54,7 +54,7 @@ from scipy.stats import norm
 
 from jouleprof.attribution.common import IDLE, WARMUP, Timeline
 from jouleprof.attribution.grid import JitterGrid, fit_jitter_grid
-from jouleprof.attribution.result import DeviceAttribution, PhaseResult, unresolved
+from jouleprof.attribution.result import DeviceAttribution, PhaseResult, pct_text, unresolved
 from jouleprof.attribution.rows import (
     KIND_NAMES,
     SensorRows,
@@ -68,6 +68,7 @@ log = logging.getLogger(__name__)
 
 METHOD = "regression"
 _MIN_ROW_VAR_W2 = 0.01  # floor on a row's noise variance: no row is trusted beyond 0.1 W
+_MIN_BLOCKS = 10  # resample at least this many blocks, or the bootstrap has nothing to vary
 
 
 @dataclass(frozen=True)
@@ -141,7 +142,8 @@ def _block_bootstrap(a: np.ndarray, b: np.ndarray, mid_s: np.ndarray, cfg: Regre
     """Powers refitted on `n_boot` moving-block resamples of the rows: (n_boot, p), block rows."""
     n, p = a.shape
     span_s = float(mid_s[-1] - mid_s[0]) if n > 1 else 0.0
-    block = int(np.clip(round(cfg.block_s * n / span_s) if span_s > 0 else n, 1, n))
+    block = round(cfg.block_s * n / span_s) if span_s > 0 else n
+    block = int(np.clip(block, 1, max(n // _MIN_BLOCKS, 1)))  # a short run: shorter blocks
     n_blocks = int(np.ceil(n / block))
     gram_cum = np.zeros((n + 1, p, p))
     gram_cum[1:] = np.cumsum(a[:, :, None] * a[:, None, :], axis=0)
@@ -396,7 +398,7 @@ def _phase_results(timeline, cols, power, boot, sys_sd_w, cover, cfg, device):
             results.append(unresolved(name, time_s, n_steps, METHOD, why, device))
             continue
         share = 100.0 * e / step_e if name != IDLE and step_e > 0 else None
-        note = f"{n_cover} sensor intervals; ±{50 * (hi - lo) / e:.1f}%"
+        note = f"{n_cover} sensor intervals; ±{pct_text(50 * (hi - lo) / e)}%"
         results.append(
             PhaseResult(
                 name,

@@ -24,6 +24,11 @@ EXTRA_COLUMNS: tuple[str, ...] = (
 )
 
 
+def pct_text(pct: float) -> str:
+    """A percentage with one decimal, or two significant digits below 1 % (0.021)."""
+    return f"{pct:.1f}" if abs(pct) >= 1 else f"{pct:.2g}"
+
+
 @dataclass(frozen=True)
 class PhaseResult:
     """One phase's time and energy over the analysed steps of one device.

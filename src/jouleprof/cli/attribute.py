@@ -22,6 +22,8 @@ def _table(phases: list[Any], title: str, confidence: float | None) -> Any:
     """Per phase: time and energy per step, the interval, mean power, share of the step."""
     from rich.table import Table
 
+    from jouleprof.attribution.result import pct_text
+
     level = f"{100 * confidence:.0f}% interval" if confidence else "interval"
     t = Table(title=title, title_justify="left")
     t.add_column("phase")
@@ -37,7 +39,7 @@ def _table(phases: list[Any], title: str, confidence: float | None) -> Any:
             interval = "—"
             if p.energy_lo_j is not None and p.energy_hi_j is not None:
                 interval = f"{p.energy_lo_j / n:,.4g} … {p.energy_hi_j / n:,.4g} J"
-                interval += f" (±{100 * hw:.1f}%)" if hw is not None else ""
+                interval += f" (±{pct_text(100 * hw)}%)" if hw is not None else ""
             row = [
                 f"{p.energy_j / n:,.4g} J",
                 interval,
