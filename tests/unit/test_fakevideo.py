@@ -8,6 +8,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+pytest.importorskip("av", reason="PyAV is the optional 'video' extra")
+
 from jouleprof.data.clipdataset import VideoClipDataset
 from jouleprof.data.clips import ClipSourceError, clips_from_csv, clips_from_folder, find_clips
 from jouleprof.data.decode import VideoDecodeError, decode_frames, probe_frame_count

@@ -244,6 +244,7 @@ def test_run_by_steps_and_by_duration():
 
 
 def test_loader_over_fakevideo(tmp_path):
+    pytest.importorskip("av", reason="PyAV is the optional 'video' extra")
     from jouleprof.data.fakevideo import FakeVideo, FakeVideoSpec
 
     config = tiny(batch_size=2)

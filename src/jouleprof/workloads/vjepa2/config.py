@@ -70,7 +70,7 @@ class VJepa2Config:
     activation_checkpointing: bool = False
     """Recompute each trainable block's activations in the backward pass instead of storing them."""
     compile: bool = False
-    """Wrap the encoders and the predictor with torch.compile."""
+    """torch.compile the encoders and predictor (dynamic shapes; the first step takes minutes)."""
     optimizer_impl: str = "fused"
     """AdamW kernel: 'fused' (CUDA only, else falls back to 'foreach'), 'foreach', 'default'."""
     num_workers: int = 4

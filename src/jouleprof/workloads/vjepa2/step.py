@@ -37,6 +37,21 @@ from jouleprof.workloads.vjepa2.optim import build_optimizer, lr_at, momentum_at
 logger = logging.getLogger(__name__)
 
 
+def compile_module(module: torch.nn.Module) -> torch.nn.Module:
+    """torch.compile with dynamic token counts (they change with every batch's masks).
+
+    On torch 2.11 + H200, compiling the whole 12-block encoder with dynamic shapes hit an
+    assertion in Inductor's coalesce tiling analysis; with that analysis off it compiles
+    (about 2 minutes for vit_base) and runs. The option is only passed where it exists.
+    """
+    import torch._inductor.config as inductor_config
+
+    options = {}
+    if hasattr(inductor_config.triton, "coalesce_tiling_analysis"):
+        options["triton.coalesce_tiling_analysis"] = False
+    return torch.compile(module, dynamic=True, options=options or None)
+
+
 @dataclass(frozen=True)
 class StepResult:
     """What one optimizer step did."""
@@ -84,11 +99,9 @@ class VJepa2Trainer:
         self._run_encoder, self._run_predictor = self.encoder, self.predictor
         self._run_target = self.target_encoder
         if config.compile:
-            # Token counts change from batch to batch; compile treats them as dynamic after
-            # the first recompile.
-            self._run_encoder = torch.compile(self.encoder)
-            self._run_predictor = torch.compile(self.predictor)
-            self._run_target = torch.compile(self.target_encoder)
+            self._run_encoder = compile_module(self.encoder)
+            self._run_predictor = compile_module(self.predictor)
+            self._run_target = compile_module(self.target_encoder)
         self.steps_done = 0
         self._last_batch: VJepa2Batch | None = None
 
