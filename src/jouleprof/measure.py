@@ -37,6 +37,10 @@ class MeasureConfig:
     """User-visible GPU indices (as under CUDA_VISIBLE_DEVICES); None: every visible GPU."""
     interval_s: float = 0.02
     """Period of the cheap sensor reads."""
+    counter_interval_s: float = 1.0
+    """Mean time between reads of a slow energy counter. Each NVML counter read costs ~5 ms of
+    CPU on an H200, so end-to-end runs read it about once a second; phase attribution (fine
+    mode) reads it about once per refresh (0.1)."""
     idle_s: float = 1.0
     """Seconds of idle baseline sampled before the workload starts; 0 to skip."""
     rapl: bool = True
@@ -50,6 +54,8 @@ class MeasureConfig:
     def __post_init__(self) -> None:
         if not self.interval_s > 0:
             raise ValueError(f"interval_s must be > 0 (got {self.interval_s}); try 0.02")
+        if not self.counter_interval_s > 0:
+            raise ValueError(f"counter_interval_s must be > 0 (got {self.counter_interval_s})")
         if self.idle_s < 0:
             raise ValueError(f"idle_s must be ≥ 0 (got {self.idle_s})")
         if self.simulate_gpu_w is not None and self.simulate_gpu_w < 0:
@@ -152,7 +158,8 @@ def measure(
         if cfg.simulate_gpu_w is not None:
             sensors.append(_simulated_gpu(cfg.simulate_gpu_w, clock))
         writer = run_dir.sample_writer()
-        sampler = Sampler(sensors, writer, SamplerConfig(interval_s=cfg.interval_s), clock=clock)
+        scfg = SamplerConfig(interval_s=cfg.interval_s, counter_interval_s=cfg.counter_interval_s)
+        sampler = Sampler(sensors, writer, scfg, clock=clock)
         m = Measurement(run_dir, record, clock, sampler, sampler.devices, list(discovery.notes))
         record.extra["gpu_sharing"] = [_gpu_sharing(discovery.sensors, "start")]
         status = RunStatus.INCOMPLETE

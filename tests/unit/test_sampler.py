@@ -1,6 +1,7 @@
 import threading
 import time
 
+import numpy as np
 import pytest
 
 from jouleprof.clock import ManualClock, MonotonicClock
@@ -11,7 +12,7 @@ from jouleprof.sensors.simulated_workload import PhaseSpec, simulate_training
 from jouleprof.types import Reading
 
 
-def test_counter_is_read_about_once_per_refresh_and_soon_after_it():
+def test_counter_is_read_about_once_per_refresh_at_every_phase():
     run = simulate_training(
         [PhaseSpec("a", 0.1, 400), PhaseSpec("b", 0.13, 620)], steps=200, seed=2
     )
@@ -22,13 +23,13 @@ def test_counter_is_read_about_once_per_refresh_and_soon_after_it():
     assert len(fast) == pytest.approx(duration / 0.0215, rel=0.1)
     assert len(counter_t) == pytest.approx(duration / 0.1, rel=0.25)
     inner = counter_t[1:-3]  # the run's first and last polls read the counter on purpose
-    assert min(b - a for a, b in zip(inner, inner[1:], strict=False)) >= 0.09 - 1e-9
-    # Reads triggered by a seen refresh land within ~2 read intervals of it.
+    assert min(b - a for a, b in zip(inner, inner[1:], strict=False)) >= 0.075 - 1e-9
+    # Dithered: the reads fall at every phase of the counter's refresh grid.
     refreshes = run.sensor.refresh_instants_s(duration)
     import bisect
 
-    lag = [t - refreshes[bisect.bisect_right(refreshes, t) - 1] for t in counter_t[1:-1]]
-    assert sorted(lag)[len(lag) // 2] < 0.05
+    lag = np.array([t - refreshes[bisect.bisect_right(refreshes, t) - 1] for t in inner])
+    assert np.histogram(lag, bins=5, range=(0, 0.1))[0].min() > len(lag) / 20
 
 
 def test_cheap_reads_never_carry_a_counter_value():

@@ -42,7 +42,12 @@ def test_instant_field_sees_only_its_window():
     s.append(0.03, 700.0)  # the last 30 ms before the refresh at 0.1 s
     s.append(1.0, 100.0)
     model = SensorModel(
-        refresh_jitter_s=0.0, phase_offset_s=0.0, instant_window_s=0.025, power_noise_w=0.0
+        refresh_jitter_s=0.0,
+        instant_window_s=0.025,
+        power_noise_w=0.0,
+        power_refresh_s=0.1,
+        power_phase_offset_s=0.0,
+        power_refresh_jitter_s=0.0,
     )
     gpu = SimulatedGPU(s, clock, model)
     clock.advance_s(0.101)

@@ -43,7 +43,9 @@ def test_windows_of_known_power_within_one_percent(power_w, window_s):
     assert not w["counter"].short
 
 
-def test_varying_power_windows_within_one_percent_from_the_counter():
+def test_varying_power_windows_from_the_counter():
+    # Power steps every 30–200 ms inside the window: the edges are interpolated across one
+    # refresh period, so a 1 s window is within 2 %, a 4 s window within 0.5 %, bounds hold.
     phases = [PhaseSpec("a", 0.12, 480), PhaseSpec("b", 0.2, 650), PhaseSpec("c", 0.03, 300)]
     run = simulate_training(phases, steps=100, seed=7)
     df = run.samples_frame()
@@ -52,7 +54,7 @@ def test_varying_power_windows_within_one_percent_from_the_counter():
         for width in (1.0, 4.0):
             truth = run.schedule.energy_j(t0, t0 + width)
             w = window_energies(df, "gpu0", t0, t0 + width, est)["counter"]
-            assert w.energy_j == pytest.approx(truth, rel=0.01)
+            assert w.energy_j == pytest.approx(truth, rel=0.02 if width < 2 else 0.005)
             assert w.lo_j <= truth <= w.hi_j
 
 

@@ -60,6 +60,10 @@ def measure_cmd(
     ] = None,
     out: Annotated[Path | None, typer.Option(help="Run directory to create.")] = None,
     interval_ms: Annotated[float, typer.Option(help="Sensor read interval in ms.")] = 20.0,
+    counter_interval_ms: Annotated[
+        float,
+        typer.Option(help="Mean interval between energy-counter reads, ms (each costs ~5 ms CPU)."),
+    ] = 1000.0,
     idle_s: Annotated[
         float, typer.Option(help="Seconds of idle baseline before the command (0: none).")
     ] = 1.0,
@@ -82,6 +86,8 @@ def measure_cmd(
         fail(f"--interval-ms must be > 0, got {interval_ms}")
     if idle_s < 0:
         fail(f"--idle-s must be ≥ 0, got {idle_s}")
+    if counter_interval_ms <= 0:
+        fail(f"--counter-interval-ms must be > 0, got {counter_interval_ms}")
     if shutil.which(cmd[0]) is None:
         fail(f"command not found: {cmd[0]!r} (not a file and not on PATH)", code=127)
     if out is not None and out.exists() and not out.is_dir():
@@ -91,6 +97,7 @@ def measure_cmd(
     cfg = MeasureConfig(
         gpus=parse_gpus(gpus),
         interval_s=interval_ms / 1000.0,
+        counter_interval_s=counter_interval_ms / 1000.0,
         idle_s=idle_s,
         rapl=rapl,
         simulate_gpu_w=simulate_gpu_w,

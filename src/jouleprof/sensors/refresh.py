@@ -15,8 +15,9 @@ import numpy as np
 
 # Signals tried in order to locate refreshes: the ones that change at nearly every refresh.
 REFRESH_SIGNALS: tuple[str, ...] = ("power_instant_w", "power_w", "energy_j")
-AMBIGUITY_S = 0.001
-"""Extra margin around each refresh instant inside which a counter read cannot be placed."""
+AMBIGUITY_S = 0.004
+"""Least margin around each refresh instant inside which a counter read is not placed: the H200
+counter's refreshes jitter by ~1.7 ms, and a short run cannot estimate that jitter itself."""
 
 
 @dataclass(frozen=True)
@@ -32,7 +33,8 @@ class RefreshEstimate:
     median_read_gap_s: float
     """Median time between reads of the signal: the resolution each bracket had."""
     method: str
-    """"grid" (regular grid fitted), or "median" (grid fit failed: period from median gaps)."""
+    """"grid" (fitted through update brackets), "counter-gaps (...)" (fitted through which read
+    gaps saw a change), or "median" (grid fit failed: period from median gaps)."""
 
     def grid_s(self, t0_s: float, t1_s: float) -> np.ndarray:
         """Grid instants inside [t0_s, t1_s]."""
@@ -141,13 +143,129 @@ def _refine_period(mid_s: np.ndarray, period0_s: float) -> float:
     return center
 
 
-def detect_device_refresh(samples, device: str) -> RefreshEstimate | None:
-    """Best refresh estimate for one device of a samples DataFrame, trying REFRESH_SIGNALS."""
+def _inconsistency(
+    t0: np.ndarray, t1: np.ndarray, changed: np.ndarray, period: float, offsets: np.ndarray
+) -> np.ndarray:
+    """For each candidate offset: how many read gaps disagree with a grid at that offset.
+
+    A gap (t0, t1] that saw the value change must hold a grid instant; one that did not, none.
+    """
+    a = np.floor((t1[None, :] - offsets[:, None]) / period)
+    b = np.floor((t0[None, :] - offsets[:, None]) / period)
+    holds = (a - b) > 0
+    return np.sum(holds != changed[None, :], axis=1)
+
+
+def _best_offset(t0, t1, changed, period: float, resolution_s: float) -> tuple[float, int]:
+    offsets = np.arange(0.0, period, resolution_s)
+    bad = _inconsistency(t0, t1, changed, period, offsets)
+    # Several neighbouring offsets can tie: take the middle of the best run (circularly).
+    best = np.flatnonzero(bad == bad.min())
+    ang = np.angle(np.mean(np.exp(2j * np.pi * offsets[best] / period)))
+    return float((ang / (2 * np.pi) * period) % period), int(bad.min())
+
+
+def _counter_period(t0, t1, changed, nominal_s: float, chunk_s: float) -> float:
+    """The counter's true period, near `nominal_s`.
+
+    Long runs: the offset is found per chunk at the nominal period; its drift from chunk to
+    chunk is the period's error. Short runs: a joint scan of period and offset, preferring the
+    nominal period among equally good ones (a short run cannot tell them apart anyway).
+    """
+    duration = float(t1[-1] - t0[0])
+    n_chunks = int(duration // chunk_s)
+    if n_chunks >= 3 and len(t0) / n_chunks >= 100:
+        period = nominal_s
+        for _ in range(2):
+            edges = t0[0] + chunk_s * np.arange(n_chunks + 1)
+            mids, phis = [], []
+            for c0, c1 in zip(edges[:-1], edges[1:], strict=False):
+                sel = (t0 >= c0) & (t1 < c1)
+                if sel.sum() >= 50:
+                    phi, _ = _best_offset(t0[sel], t1[sel], changed[sel], period, period / 200)
+                    mids.append(0.5 * (c0 + c1))
+                    phis.append(phi)
+            if len(phis) < 3:
+                break
+            unwrapped = np.unwrap(np.asarray(phis) / period * 2 * np.pi) / (2 * np.pi) * period
+            slope = float(np.polyfit(np.asarray(mids), unwrapped, 1)[0])
+            period *= 1.0 + slope
+            if abs(slope) < 1e-7:
+                break
+        return period
+    # Short run: ±0.5 % around nominal, in steps that slip by < 1/4 ms over the run.
+    step = max(nominal_s * 0.00025 * nominal_s / max(duration, nominal_s), 1e-9)
+    periods = nominal_s + step * np.arange(-40, 41)
+    periods = periods[np.abs(periods - nominal_s) <= 0.005 * nominal_s]
+    scores = [_best_offset(t0, t1, changed, p, p / 100)[1] for p in periods]
+    best = np.flatnonzero(np.asarray(scores) == min(scores))
+    return float(periods[best[np.argmin(np.abs(periods[best] - nominal_s))]])
+
+
+def detect_counter_grid(
+    t_s: np.ndarray,
+    energy_j: np.ndarray,
+    nominal_period_s: float = 0.1,
+    chunk_s: float = 20.0,
+    min_reads: int = 30,
+) -> RefreshEstimate | None:
+    """The counter's refresh grid from which consecutive reads saw it move and which did not.
+
+    Works with reads about one period apart (what the sampler does to spare the ~5 ms counter
+    read), where update brackets are as wide as the period and their midpoints say little:
+    every pair of consecutive reads says whether a refresh fell between them. The offset is
+    scanned per chunk of the run; its drift across chunks gives the true period (NVML's is
+    100 ms to within ~0.02 %, enough to slip by whole milliseconds over minutes).
+    """
+    t_s = np.asarray(t_s, dtype=float)
+    e = np.asarray(energy_j, dtype=float)
+    ok = ~np.isnan(e)
+    t, e = t_s[ok], e[ok]
+    if len(t) < min_reads:
+        return None
+    t0, t1, changed = t[:-1], t[1:], e[1:] != e[:-1]
+    gap = float(np.median(t1 - t0))
+    if gap > 1.5 * nominal_period_s or changed.all():
+        return None  # every gap holds a refresh: no phase information
+    period = _counter_period(t0, t1, changed, nominal_period_s, chunk_s)
+    offset, n_bad = _best_offset(t0, t1, changed, period, period / 1000)
+    # Jitter: how far the grid instants of the disagreeing gaps lie outside their gaps.
+    k = np.floor((t1 - offset) / period)
+    inst = offset + k * period
+    holds = inst > t0
+    wrong = holds != changed
+    dist = np.minimum(np.abs(inst[wrong] - t0[wrong]), np.abs(inst[wrong] + period - t1[wrong]))
+    jitter = float(np.sqrt(np.mean(dist**2))) if wrong.any() else 0.0
+    return RefreshEstimate(
+        "energy_j",
+        float(period),
+        float(offset),
+        jitter,
+        int(changed.sum()),
+        gap,
+        f"counter-gaps ({n_bad} of {len(changed)} gaps disagree)",
+    )
+
+
+def detect_device_refresh(samples, device: str, signal: str = "energy_j") -> RefreshEstimate | None:
+    """The refresh grid of one signal of one device in a samples DataFrame.
+
+    For the counter ("energy_j", the default) the grid comes from the counter's own reads: on
+    an H200 its refreshes do not line up with the power fields' (benchmarks/results/measure_core).
+    Dense reads (under half a period apart) are fitted through their update brackets, sparse ones
+    through which gaps saw a change. Where the counter gives no grid, the power fields' grid is
+    returned as an approximation (its `signal` says so). For a power signal, that signal's grid.
+    """
     d = samples[samples["device"] == device]
-    for signal in REFRESH_SIGNALS:
-        if signal not in d.columns or d[signal].notna().sum() < 10:
+    t = d["t_s"].to_numpy()
+    order = [signal] if signal != "energy_j" else ["energy_j", *REFRESH_SIGNALS[:2]]
+    for sig in order:
+        if sig not in d.columns or d[sig].notna().sum() < 10:
             continue
-        est = detect_refresh(d["t_s"].to_numpy(), d[signal].to_numpy(), signal)
+        v = d[sig].to_numpy(dtype=float)
+        est = detect_refresh(t, v, sig)
+        if est is None and sig == "energy_j":
+            est = detect_counter_grid(t, v)
         if est is not None:
             return est
     return None

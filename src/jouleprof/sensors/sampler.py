@@ -1,9 +1,8 @@
 """Background reads of every sensor at a fixed interval, written out as they happen.
 
 The cheap fields (power, utilization, memory, clock, temperature) are read every interval.
-A slow energy counter (NVML's blocks for ~3 ms) is read no more often than the sensor
-refreshes: right after a poll that saw the power fields change (a refresh just happened, so the
-counter holds the value of that refresh), or once a refresh period has passed without one.
+A slow energy counter (NVML's costs ~5 ms of CPU per read on an H200) is read at most about
+once per refresh period, at dithered times; end-to-end measurement reads it about once a second.
 Every sample is stamped on one monotonic clock at the middle of its read.
 
 Samples go to a sink in batches (a CSV file in a run directory), so memory stays bounded for runs
@@ -57,7 +56,9 @@ class SamplerConfig:
     """Each wait is interval_s × U(1 - dither, 1 + dither), so that reads never lock onto the
     sensor's refresh grid and the refresh instants can be located to a fraction of the interval."""
     counter_interval_s: float | None = None
-    """Least time between reads of a slow counter; None: 0.9 × the sensor's refresh period."""
+    """Mean time between reads of a slow counter (dithered like the cheap reads); None: the
+    sensor's refresh period, i.e. about one read per refresh (what phase attribution needs).
+    On an H200 each read costs ~5 ms of CPU, so end-to-end measurement reads it ~1/s."""
     flush_every_s: float = 1.0
     """How often buffered samples are handed to the sink (and so survive a crash)."""
 
@@ -111,11 +112,9 @@ class _DeviceState:
     sensor: Sensor
     device: str
     counter_gap_s: float
-    """Least time between counter reads (0 for a cheap counter)."""
+    """Mean time between counter reads (0 for a cheap counter: read on every poll)."""
     slow_counter: bool
-    last_counter_t_s: float = float("-inf")
-    last_fast: tuple[float | None, float | None] | None = None
-    changed_last_poll: bool = True
+    next_counter_t_s: float = float("-inf")
 
 
 class Sampler:
@@ -142,6 +141,7 @@ class Sampler:
             for d in s.devices
         ]
         self._buffer: list[Sample] = []
+        self._rng = random.Random(0x6A71)
         self._last_flush_s = float("-inf")
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
@@ -152,21 +152,14 @@ class Sampler:
             return 0.0
         if self.config.counter_interval_s is not None:
             return self.config.counter_interval_s
-        return 0.9 * (sensor.nominal_refresh_s or 0.1)
+        return sensor.nominal_refresh_s or 0.1
 
     @property
     def devices(self) -> list[str]:
         return [d.device for d in self._devices]
 
     def _wants_counter(self, st: _DeviceState, now_s: float, force: bool) -> bool:
-        if force or not st.slow_counter:
-            return True
-        since = now_s - st.last_counter_t_s
-        if since < st.counter_gap_s:
-            return False
-        # A refresh was seen (the counter now holds a fresh value), or none was seen for a
-        # while (the power fields can repeat a value exactly, e.g. at idle).
-        return st.changed_last_poll or since >= 1.2 * st.counter_gap_s
+        return force or not st.slow_counter or now_s >= st.next_counter_t_s
 
     def poll_once(self, force_counter: bool = False) -> list[Sample]:
         """Read every device once; returns the samples (also queued for the sink)."""
@@ -189,12 +182,16 @@ class Sampler:
                 self.stats.n_reads += 1
                 self.stats.read_time_s += dt
                 if counter and reading.energy_j is not None:
-                    st.last_counter_t_s = t_before
+                    # Dithered gaps: reads land at every phase of the counter's refresh grid,
+                    # so which gaps saw it move locates that grid (sensors/refresh.py).
+                    d = self.config.dither
+                    st.next_counter_t_s = t_before + st.counter_gap_s * self._rng.uniform(
+                        1 - d, 1 + d
+                    )
                     if st.slow_counter:
                         self.stats.n_counter_reads += 1
                         self.stats.counter_read_time_s += dt
                         self.stats.max_counter_read_s = max(self.stats.max_counter_read_s, dt)
-                self._note_refresh(st, reading)
                 out.append(Sample.of(t_s, st.device, reading))
             self.stats.n_polls += 1
             self._buffer.extend(out)
@@ -202,12 +199,6 @@ class Sampler:
             if now_s - self._last_flush_s >= self.config.flush_every_s:
                 self._flush_locked(now_s)
             return out
-
-    @staticmethod
-    def _note_refresh(st: _DeviceState, reading: Reading) -> None:
-        fast = (reading.power_instant_w, reading.power_w)
-        st.changed_last_poll = st.last_fast is None or fast != st.last_fast
-        st.last_fast = fast
 
     def _flush_locked(self, now_s: float) -> None:
         if self._buffer:

@@ -102,7 +102,14 @@ class SensorModel:
     power_noise_w: float = 0.5
     """Standard deviation of the noise on each refresh's power readings (the counter has none)."""
     phase_offset_s: float | None = None
-    """Offset of the first refresh; None draws it at random in [0, refresh_s)."""
+    """Offset of the counter's refresh grid; None draws it at random in [0, refresh_s)."""
+    power_phase_offset_s: float | None = None
+    """Offset of the power fields' grid; None draws it at random."""
+    power_refresh_s: float = 0.1014
+    """Period of the power fields' own refreshes. On an H200 they tick on a cadence of their own
+    (~101–103 ms), not with the counter (benchmarks/results/measure_core)."""
+    power_refresh_jitter_s: float = 0.003
+    """Standard deviation of each power-field refresh instant around its grid point."""
 
     def __post_init__(self) -> None:
         if self.refresh_s <= 0:
@@ -117,19 +124,55 @@ class SensorModel:
             )
         if self.average_window_s <= 0 or self.counter_resolution_j <= 0:
             raise ValueError("average_window_s and counter_resolution_j must be > 0")
+        if (
+            not 0 < self.power_refresh_s
+            or not 0 <= self.power_refresh_jitter_s < self.power_refresh_s / 4
+        ):
+            raise ValueError(
+                "power_refresh_s must be > 0 and power_refresh_jitter_s in [0, power_refresh_s/4)"
+            )
         if self.power_noise_w < 0:
             raise ValueError(f"power_noise_w must be ≥ 0, got {self.power_noise_w}")
 
 
+class _JitteredGrid:
+    """Refresh instants offset + k × period + N(0, jitter), generated lazily and kept.
+
+    Instant 0 lies one period before the offset: a sensor has always refreshed at some point
+    before a run begins.
+    """
+
+    def __init__(self, period_s: float, offset_s: float, jitter_s: float, rng) -> None:
+        self.period_s, self.offset_s, self.jitter_s = period_s, offset_s, jitter_s
+        self._rng = rng
+        self.instants_s: list[float] = []
+
+    def extend(self, until_s: float) -> None:
+        while not self.instants_s or self.instants_s[-1] <= until_s:
+            k = len(self.instants_s) - 1
+            t = self.offset_s + k * self.period_s + float(self._rng.normal(0.0, self.jitter_s))
+            if self.instants_s:
+                t = max(t, self.instants_s[-1] + 1e-6)
+            self.instants_s.append(t)
+
+    def last(self, now_s: float) -> int:
+        """Index of the last instant at or before now_s (0 if none yet)."""
+        self.extend(now_s)
+        return max(bisect.bisect_right(self.instants_s, now_s) - 1, 0)
+
+
 class SimulatedGPU:
     """A `Sensor` for one simulated GPU whose true power is `schedule`, read on `clock`.
+
+    The counter and the power fields refresh on two independent jittered grids, as measured on
+    an H200; attribution sees neither.
 
     Args:
         schedule: the true power over time (the workload extends it as it runs).
         clock: the clock the sampler stamps reads with; the sensor returns the values of the
             last refresh at or before `clock.now_s()`.
         model: the sensor's behaviour.
-        seed: seeds the refresh jitter and the random phase offset.
+        seed: seeds the refresh jitter, the random phase offsets and the power noise.
         device: the device name written to samples.csv.
         mem_used_bytes: a constant memory figure to report.
     """
@@ -148,14 +191,16 @@ class SimulatedGPU:
     ) -> None:
         self.schedule = schedule
         self.clock = clock
-        self.model = model or SensorModel()
-        self._rng = np.random.default_rng(seed)
-        offset = self.model.phase_offset_s
-        if offset is None:
-            offset = float(self._rng.uniform(0.0, self.model.refresh_s))
-        self._offset_s = offset
-        self._refresh_s: list[float] = []  # refresh instants generated so far
-        self._noise_w: list[tuple[float, float]] = []  # (instant, average) noise per refresh
+        m = self.model = model or SensorModel()
+        rng = np.random.default_rng(seed)
+        offset = m.phase_offset_s if m.phase_offset_s is not None else rng.uniform(0, m.refresh_s)
+        self._counter = _JitteredGrid(m.refresh_s, float(offset), m.refresh_jitter_s, rng)
+        p_offset = m.power_phase_offset_s
+        if p_offset is None:
+            p_offset = float(rng.uniform(0.0, m.power_refresh_s))
+        self._power = _JitteredGrid(m.power_refresh_s, p_offset, m.power_refresh_jitter_s, rng)
+        self._noise_rng = np.random.default_rng([seed, 1])
+        self._noise_w: list[tuple[float, float]] = []  # (instant, average) noise per power refresh
         self._device = device
         self._mem_used_bytes = mem_used_bytes
         self.n_reads = 0
@@ -178,44 +223,40 @@ class SimulatedGPU:
         return [SignalInfo(self._device, s, True, notes.get(s)) for s in SIGNALS]
 
     def refresh_instants_s(self, until_s: float) -> list[float]:
-        """The (true, jittered) refresh instants up to `until_s`; attribution never sees these."""
-        self._extend_refreshes(until_s)
-        return [t for t in self._refresh_s if t <= until_s]
+        """The counter's true (jittered) refresh instants up to `until_s`; attribution never
+        sees these."""
+        self._counter.extend(until_s)
+        return [t for t in self._counter.instants_s if t <= until_s]
 
-    def _extend_refreshes(self, until_s: float) -> None:
-        m = self.model
-        while not self._refresh_s or self._refresh_s[-1] <= until_s:
-            # Refresh 0 happens one period before the offset: a sensor has always refreshed
-            # at some point before a run begins.
-            k = len(self._refresh_s) - 1
-            t = self._offset_s + k * m.refresh_s + float(self._rng.normal(0.0, m.refresh_jitter_s))
-            if self._refresh_s:
-                t = max(t, self._refresh_s[-1] + 1e-6)
-            self._refresh_s.append(t)
-            noise = self._rng.normal(0.0, m.power_noise_w, 2) if m.power_noise_w else (0.0, 0.0)
-            self._noise_w.append((float(noise[0]), float(noise[1])))
+    def power_refresh_instants_s(self, until_s: float) -> list[float]:
+        """The power fields' true refresh instants up to `until_s`."""
+        self._power.extend(until_s)
+        return [t for t in self._power.instants_s if t <= until_s]
 
-    def _last_refresh(self, now_s: float) -> int:
-        """Index of the last refresh at or before now_s (-1: none yet)."""
-        self._extend_refreshes(now_s)
-        return bisect.bisect_right(self._refresh_s, now_s) - 1
+    def _noise(self, k: int) -> tuple[float, float]:
+        sd = self.model.power_noise_w
+        while len(self._noise_w) <= k:
+            n = self._noise_rng.normal(0.0, sd, 2) if sd else (0.0, 0.0)
+            self._noise_w.append((float(n[0]), float(n[1])))
+        return self._noise_w[k]
 
     def read(self, device: str, counter: bool) -> Reading:
         if device != self._device:
             raise ValueError(f"simulated sensor has device {self._device!r}, not {device!r}")
         m = self.model
         now_s = self.clock.now_s()
-        k = max(self._last_refresh(now_s), 0)
-        tau = self._refresh_s[k]
-        noise_inst_w, noise_avg_w = self._noise_w[k]
         sched = self.schedule
         self.n_reads += 1
         energy_j = None
         if counter:
             self.n_counter_reads += 1
+            tau_c = self._counter.instants_s[self._counter.last(now_s)]
             res = m.counter_resolution_j
-            total_j = self.model.counter_origin_j + sched.energy_until_j(tau)
+            total_j = m.counter_origin_j + sched.energy_until_j(tau_c)
             energy_j = round(math.floor(total_j / res + 1e-9) * res, 6)
+        k = self._power.last(now_s)
+        tau = self._power.instants_s[k]
+        noise_inst_w, noise_avg_w = self._noise(k)
         inst_w = max(sched.mean_power_w(tau - m.instant_window_s, tau) + noise_inst_w, 0.0)
         avg_w = max(sched.mean_power_w(tau - m.average_window_s, tau) + noise_avg_w, 0.0)
         busy = sched.power_at_w(tau) > sched.idle_w * 1.2

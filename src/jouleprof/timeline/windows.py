@@ -174,9 +174,15 @@ def power_window(
 def window_energies(
     samples, device: str, t0_s: float, t1_s: float, refresh: RefreshEstimate | None = None
 ) -> dict[str, WindowEnergy]:
-    """Energy of [t0_s, t1_s] on `device` from every signal recorded in `samples` (a DataFrame)."""
+    """Energy of [t0_s, t1_s] on `device` from every signal recorded in `samples` (a DataFrame).
+
+    `refresh` is the counter's grid (from `detect_device_refresh`); the power fields' own grids
+    are detected here. A grid of another signal is not used for the counter.
+    """
     if t1_s < t0_s:
         raise ValueError(f"window ends before it starts: [{t0_s}, {t1_s}]")
+    from jouleprof.sensors.refresh import detect_device_refresh
+
     d = samples[samples["device"] == device]
     t = d["t_s"].to_numpy(dtype=float)
     out: dict[str, WindowEnergy] = {}
@@ -186,8 +192,12 @@ def window_energies(
             continue
         v = d[col].to_numpy(dtype=float)
         if name == "counter":
-            out[name] = counter_window(t, v, t0_s, t1_s, refresh)
+            grid = refresh if refresh is not None and refresh.signal == "energy_j" else None
+            out[name] = counter_window(t, v, t0_s, t1_s, grid)
         else:
+            # Each power field is placed on its own refresh grid (it does not tick with the
+            # counter on an H200).
             avg = INSTANT_WINDOW_S if name == "power_instant" else AVERAGE_WINDOW_S
-            out[name] = power_window(t, v, t0_s, t1_s, name, avg, refresh)
+            grid = detect_device_refresh(d, device, col) if len(d) else None
+            out[name] = power_window(t, v, t0_s, t1_s, name, avg, grid)
     return out
