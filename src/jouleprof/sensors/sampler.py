@@ -22,7 +22,7 @@ from typing import Protocol
 from jouleprof.clock import Clock, MonotonicClock
 from jouleprof.errors import SensorError
 from jouleprof.sensors.base import Sensor
-from jouleprof.types import Reading, Sample
+from jouleprof.types import Sample
 
 log = logging.getLogger(__name__)
 

@@ -125,7 +125,7 @@ class SensorModel:
         if self.average_window_s <= 0 or self.counter_resolution_j <= 0:
             raise ValueError("average_window_s and counter_resolution_j must be > 0")
         if (
-            not 0 < self.power_refresh_s
+            not self.power_refresh_s > 0
             or not 0 <= self.power_refresh_jitter_s < self.power_refresh_s / 4
         ):
             raise ValueError(
