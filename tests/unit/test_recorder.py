@@ -336,6 +336,9 @@ class FakeStream:
     def __init__(self, kind: str) -> None:
         self.kind = kind
 
+    def synchronize(self) -> None:
+        pass
+
 
 class FakeEvent:
     def __init__(self, gpu: FakeGPU) -> None:

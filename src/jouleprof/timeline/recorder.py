@@ -90,7 +90,7 @@ class RecorderConfig:
     """A cheap anchor whose host bracket is wider than this is dropped."""
     timing_sample_every: int = 64
     """Every n-th boundary's host cost is measured (a power of two)."""
-    events_prealloc: int = 64
+    events_prealloc: int = 256
     """CUDA events made up front (the pool grows when it runs out)."""
 
     def __post_init__(self) -> None:
@@ -456,10 +456,12 @@ class PhaseRecorder:
             self.sink.flush()
             self.stats.n_spans_written += len(spans)
 
-    def _ready(self, recs: list[tuple]) -> bool:
-        if not recs[-1][5].query():  # the last boundary: usually the only one to ask
-            return False
-        return all(r[2].query() and r[5].query() for r in recs)
+    @staticmethod
+    def _ready(recs: list[tuple]) -> bool:
+        # One driver call per step: the step's last boundary. Events of one stream complete
+        # in order; an event of another stream still running makes elapsed_time raise, and
+        # the step is then simply tried again later (see _poll).
+        return recs[-1][5].query()
 
     def _poll(self, wait: bool = False) -> None:
         """Resolve the pending steps whose events have completed, oldest first."""
@@ -479,8 +481,19 @@ class PhaseRecorder:
                 for r in recs:
                     r[5].synchronize()
                     r[2].synchronize()
+            try:
+                spans = self._resolve_events(step, recs)
+            except RuntimeError:  # an event on another stream is not done yet
+                if not wait:
+                    break
+                for r in recs:
+                    r[2].synchronize()
+                spans = self._resolve_events(step, recs)
             pending.popleft()
-            self._resolve_events(step, recs, out)
+            out.extend(spans)
+            for r in recs:
+                self._pool.append(r[2])
+                self._pool.append(r[5])
         self._emit(out)
         self._release_anchor_events()
 
@@ -497,10 +510,10 @@ class PhaseRecorder:
         self._cmap = cmap
         return cmap
 
-    def _resolve_events(self, step: int, recs: list[tuple], out: list[Span]) -> None:
+    def _resolve_events(self, step: int, recs: list[tuple]) -> list[Span]:
         cmap = self._cmap or self._clock_map()
         lead = self.stats.max_host_lead_s
-        pool = self._pool
+        out: list[Span] = []
         for path, ns0, ev0, k0, ns1, ev1, k1 in recs:
             t0 = cmap(self._gpu_s(ev0, k0))
             t1 = max(cmap(self._gpu_s(ev1, k1)), t0)
@@ -509,9 +522,8 @@ class PhaseRecorder:
             if lead is None or worst > lead:
                 lead = worst
             out.append(Span(step, path, t0, t1, h0, h1))
-            pool.append(ev0)
-            pool.append(ev1)
         self.stats.max_host_lead_s = lead
+        return out
 
     # -- anchors -----------------------------------------------------------------------------
 
@@ -521,6 +533,9 @@ class PhaseRecorder:
         with torch.cuda.device(self.device):
             self._side = torch.cuda.Stream(self.device)
             self._pool = [self._new_event() for _ in range(self.config.events_prealloc)]
+            for ev in self._pool:  # torch creates the CUDA event at its first record
+                ev.record(self._side)
+            self._side.synchronize()
         self._take_anchor(hard=True)
 
     def _take_anchor(self, hard: bool) -> None:
