@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +30,8 @@ log = logging.getLogger(__name__)
 
 POWER_INSTANT_FIELD = 186  # NVML_FI_DEV_POWER_INSTANT (nvml.h)
 NOMINAL_REFRESH_S = 0.1  # documented update period of NVML power and energy on recent GPUs
+FAST_SIGNALS = frozenset({"power_w", "power_instant_w"})
+SLOW_FIELDS_PERIOD_S = 0.1  # utilization, memory, clock, temperature: at most this often
 
 # nvmlValueType_t (nvml.h) -> member of the nvmlValue_t union that holds the value.
 _UNION_MEMBER = {
@@ -135,6 +138,7 @@ class _Gpu:
     readers: list[tuple[str, Callable[[Any], Any]]] = field(default_factory=list)
     counter: Callable[[Any], float] | None = None
     infos: list[SignalInfo] = field(default_factory=list)
+    slow_read_at: float = float("-inf")
 
 
 def _uuid(nv: Any, handle: Any) -> str:
@@ -326,9 +330,16 @@ class NvmlSensor:
         h = gpu.handle
         values: dict[str, Any] = {}
         signal = ""
+        # Utilization, memory, clock and temperature change slowly and cost ~25 µs a call:
+        # they are read at most every SLOW_FIELDS_PERIOD_S (None in between: "not read").
+        now = time.perf_counter()
+        slow_due = now - gpu.slow_read_at >= SLOW_FIELDS_PERIOD_S
+        if slow_due:
+            gpu.slow_read_at = now
         try:
             for signal, fn in gpu.readers:
-                values[signal] = fn(h)
+                if slow_due or signal in FAST_SIGNALS:
+                    values[signal] = fn(h)
             if counter and gpu.counter is not None:
                 signal = "energy_j"
                 values[signal] = gpu.counter(h)
