@@ -1,13 +1,13 @@
 """Sensor readings as equations: one row per interval of time whose mean power is known.
 
 - counter rows: between two consecutive counter values the device drew exactly their
-  difference. Each value is placed on the refresh grid (`counter_points`): the value read at
-  time r belongs to the last refresh before r.
+  difference. Each value is placed on the counter's own refresh grid (`counter_points`): the
+  value read at time r belongs to the last refresh before r.
 - power rows: a power reading is the mean power over the window before the refresh that
   produced it (the instant field ~25 ms, the default field 1 s). A reading is labelled with
-  the one grid instant inside its update bracket (the two reads between which the value
-  changed, widened by 3σ of the grid's jitter); readings whose bracket holds no single grid
-  instant (a gap in the reads) are dropped rather than guessed.
+  the one instant of the power fields' grid inside its update bracket (the two reads between
+  which the value changed, widened by 3σ of the grid's jitter); readings whose bracket holds
+  no single grid instant (a gap in the reads) are dropped rather than guessed.
 
 The true refresh instants jitter around the grid. `jitter_variance_w2` gives, for each row, how
 much that jitter can move its mean power given the phases' powers: rows whose edges sit on a
@@ -88,7 +88,7 @@ def _power_rows(t_s, power_w, grid: RefreshEstimate, window_s: float, weight: fl
 
 def sensor_rows(
     dev_samples,
-    grid: RefreshEstimate,
+    grids: dict[int, RefreshEstimate],
     *,
     counter_weight: float | None = 1.0,
     instant: tuple[float, float] | None = (0.025, 0.5),
@@ -98,7 +98,8 @@ def sensor_rows(
 
     Args:
         dev_samples: one device's rows of samples.csv.
-        grid: the refresh grid the readings are placed on.
+        grids: the refresh grid each kind of row is placed on (COUNTER, INSTANT, AVERAGE); the
+            counter and the power fields refresh on grids of their own.
         counter_weight: weight of a one-period counter row; None: no counter rows.
         instant: (window_s, weight) of the instant power rows; None: none.
         average: (window_s, weight) of the default (running average) power rows; None: none.
@@ -114,14 +115,16 @@ def sensor_rows(
         (AVERAGE, "power_w", average),
     ]
     for kind, col, spec in specs:
-        if spec is None or col not in dev_samples.columns or dev_samples[col].notna().sum() < 2:
+        if spec is None or kind not in grids or col not in dev_samples.columns:
+            continue
+        if dev_samples[col].notna().sum() < 2:
             continue
         v = dev_samples[col].to_numpy(dtype=float)
         if kind == COUNTER:
-            got = _counter_rows(t, v, grid, float(spec))  # type: ignore[arg-type]
+            got = _counter_rows(t, v, grids[kind], float(spec))  # type: ignore[arg-type]
         else:
             window_s, weight = spec  # type: ignore[misc]
-            got = _power_rows(t, v, grid, window_s, weight)
+            got = _power_rows(t, v, grids[kind], window_s, weight)
         if got is not None and len(got[0]):
             parts.append((*got, np.full(len(got[0]), kind)))
     if not parts:
@@ -135,25 +138,19 @@ def sensor_rows(
 
 
 def jitter_variance_w2(
-    timeline: Timeline,
-    rows: SensorRows,
-    power_w: np.ndarray,
-    sigma_s: float,
-    shift_s: np.ndarray | float = 0.0,
+    timeline: Timeline, rows: SensorRows, power_w: np.ndarray, sigma_s: np.ndarray
 ) -> np.ndarray:
     """Variance (W²) of each row's mean power caused by the jitter of its refresh instants.
 
     The energy drawn up to t is G(t) = Σ_label P_label × cumulative time (`power_w` per label of
-    `timeline.names`). Power rows move both edges together (one refresh); counter rows have
-    independent edges (two refreshes).
+    `timeline.names`); `sigma_s` is each row's jitter. Power rows move both edges together (one
+    refresh); counter rows have independent edges (two refreshes).
     """
-    if sigma_s <= 0:
-        return np.zeros(len(rows))
     z, wq = np.polynomial.hermite_e.hermegauss(9)
     wq = wq / wq.sum()
-    t0, t1 = rows.t0_s + shift_s, rows.t1_s + shift_s
-    g0 = np.stack([timeline.cumulative_s(t0 + sigma_s * zi) @ power_w for zi in z])
-    g1 = np.stack([timeline.cumulative_s(t1 + sigma_s * zi) @ power_w for zi in z])
+    sig = np.broadcast_to(np.asarray(sigma_s, dtype=float), rows.t0_s.shape)
+    g0 = np.stack([timeline.cumulative_s(rows.t0_s + sig * zi) @ power_w for zi in z])
+    g1 = np.stack([timeline.cumulative_s(rows.t1_s + sig * zi) @ power_w for zi in z])
     g0 -= g0[len(z) // 2]  # centre before squaring: G itself is large
     g1 -= g1[len(z) // 2]
 

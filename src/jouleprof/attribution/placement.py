@@ -1,0 +1,130 @@
+"""Where the sensor's rows sit in time, refined from the power data themselves.
+
+Each row of the regression is an interval placed on a refresh grid: counter rows on the
+counter's grid, power rows on the power fields' grid (on an H200 the two tick independently).
+The grids come from update brackets and are uncertain by a fraction of a millisecond, drift
+over minutes, and the instant field's window (~25 ms) is only what was published. Sharp power
+steps in the readings pin all of that better: this module fits, by Gauss-Newton with the grid
+fits' uncertainties as a Gaussian prior,
+
+    θ = (counter shift, counter drift, power shift, power drift, instant window − its prior)
+
+where a row at relative position u ∈ [-1, 1] of the run moves by shift + drift·u, and the
+instant rows' window is lengthened by the last term. It also gives each row its weight:
+the configured weight of its signal over √(the signal's noise floor + the variance that the
+jitter of the row's edges causes, which is large only where an edge sits on a power step).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import nnls
+
+from jouleprof.attribution.common import Timeline
+from jouleprof.attribution.rows import COUNTER, INSTANT, SensorRows, jitter_variance_w2
+
+PARAMS: tuple[str, ...] = (
+    "counter_shift_s",
+    "counter_drift_s",
+    "power_shift_s",
+    "power_drift_s",
+    "instant_window_extra_s",
+)
+_MIN_ROW_VAR_W2 = 0.01  # floor on a row's noise variance: no row is trusted beyond 0.1 W
+_STEP_S = 20e-6  # finite-difference step of the Jacobian
+
+
+def fit_powers(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Non-negative least squares: the phase powers (W) of weighted rows `a`, `b`."""
+    return nnls(a, b, maxiter=50 * a.shape[1])[0]
+
+
+@dataclass
+class Placement:
+    """The rows kept for the fit, the labels fitted, and the jitter of each kind of row."""
+
+    timeline: Timeline
+    rows: SensorRows
+    cols: list[int]
+    """Indices into timeline.names of the labels fitted."""
+    sigma_s: np.ndarray
+    """Jitter σ of the refresh instants, per kind of row (COUNTER, INSTANT, AVERAGE)."""
+    u: np.ndarray
+    """Each row's position in the run, -1 … 1 (the drift terms multiply it)."""
+
+    def placed(self, theta: np.ndarray) -> SensorRows:
+        r = self.rows
+        counter = r.kind == COUNTER
+        shift = np.where(counter, theta[0] + theta[1] * self.u, theta[2] + theta[3] * self.u)
+        longer = np.where(r.kind == INSTANT, theta[4], 0.0)
+        return SensorRows(r.t0_s + shift - longer, r.t1_s + shift, r.power_w, r.kind, r.weight)
+
+    def design(self, theta: np.ndarray, sigma_s: np.ndarray | None = None) -> np.ndarray:
+        """Expected fraction of each row's interval that each fitted label covers."""
+        sig = self.sigma_s if sigma_s is None else np.maximum(sigma_s, 0.0)
+        r = self.placed(theta)
+        ov = np.empty((len(r), len(self.timeline.names)))
+        for k in np.unique(r.kind):
+            m = r.kind == k
+            ov[m] = self.timeline.overlap_s(r.t0_s[m], r.t1_s[m], float(sig[k]))
+        return ov[:, self.cols] / r.duration_s[:, None]
+
+    def full(self, power: np.ndarray) -> np.ndarray:
+        """Fitted powers spread over all of timeline.names (0 where not fitted)."""
+        out = np.zeros(len(self.timeline.names))
+        out[self.cols] = power
+        return out
+
+
+def row_weights(
+    pl: Placement, x: np.ndarray, power: np.ndarray, kind_w: np.ndarray, theta: np.ndarray
+) -> np.ndarray:
+    """Row weights ∝ configured weight / √(noise floor of its signal + its jitter variance)."""
+    rows = pl.placed(theta)
+    var_w2 = jitter_variance_w2(pl.timeline, rows, pl.full(power), pl.sigma_s[rows.kind])
+    base = np.zeros(len(rows))
+    for k in np.unique(rows.kind):
+        m = rows.kind == k
+        r = rows.power_w[m] - x[m] @ power
+        base[m] = max(float(np.mean(r**2) - np.mean(var_w2[m])), _MIN_ROW_VAR_W2)
+    w = kind_w[rows.kind] / np.sqrt(base + var_w2)
+    return w / np.sqrt(np.mean(w**2))
+
+
+def refine(
+    pl: Placement,
+    w: np.ndarray,
+    theta: np.ndarray,
+    prior_sd: np.ndarray,
+    bounds: tuple[np.ndarray, np.ndarray],
+    max_iter: int = 8,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Gauss-Newton on θ from `theta`, prior N(0, prior_sd²), rows weighted by `w`.
+
+    Returns:
+        θ and its posterior covariance.
+    """
+    y = pl.rows.power_w
+    lam = 1.0 / prior_sd**2
+    theta = np.array(theta, dtype=float)
+    a = np.diag(lam)
+    for _ in range(max_iter):
+        x = pl.design(theta)
+        power = fit_powers(x * w[:, None], y * w)
+        r = (y - x @ power) * w
+        grads = {}
+        for i in (0, 2, 4):  # a drift's derivative is its shift's times u
+            e = np.zeros(len(theta))
+            e[i] = _STEP_S
+            d = (pl.design(theta + e) - pl.design(theta - e)) / (2 * _STEP_S)
+            grads[i] = (d @ power) * w
+        jac = np.column_stack([grads[0], grads[0] * pl.u, grads[2], grads[2] * pl.u, grads[4]])
+        v = max(float(np.mean(r**2)), 1e-12)
+        a = jac.T @ jac / v + np.diag(lam)
+        step = np.linalg.solve(a, jac.T @ r / v - lam * theta)
+        theta = np.clip(theta + step, bounds[0], bounds[1])
+        if np.max(np.abs(step)) < 1e-7:
+            break
+    return theta, np.linalg.inv(a)
