@@ -1,0 +1,177 @@
+"""A training cell's summary, computed from its run directory alone (re-runnable offline).
+
+`finish_cell(run_dir)` reads run.json, samples.csv, steps.csv and spans.csv, and adds to
+run.json: throughput, energy per sample and per 1,000 samples, model FLOP utilization, the
+physical floor in joules per sample, the overhead of fine mode, and the phase attribution by every
+method the run supports (phases_<method>.csv; phases.csv is the regression's).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from jouleprof.errors import JouleprofError
+from jouleprof.store.rundir import RunDir
+from jouleprof.timeline.summary import best_energy
+from jouleprof.timeline.windows import window_energies
+from jouleprof.types import Figure
+from jouleprof.units import J_PER_KWH
+
+log = logging.getLogger(__name__)
+
+# Dense bf16 tensor-core peak by GPU model, FLOP/s (vendor datasheets, without sparsity): the
+# denominator of MFU as it is usually quoted.
+BF16_PEAK_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "RTX 5000 Ada": 261e12}
+# Measured on an H200 (shared/FACTS.md): 790 TFLOP/s of bf16 matmul at ~700 W, i.e. about
+# 1.13 TFLOP per joule. A workload cannot do its FLOPs for fewer joules than FLOPs / this.
+BF16_FLOP_PER_J_H200 = 790e12 / 700.0
+
+
+def _peak_flops(hardware: dict[str, Any]) -> tuple[float | None, str]:
+    gpus = hardware.get("gpus")
+    names = [g.get("name", "") for g in gpus] if isinstance(gpus, list) else []
+    for name in names:
+        for key, peak in BF16_PEAK_FLOPS.items():
+            if key in name:
+                return peak, f"{key} bf16 dense datasheet peak"
+    return None, f"no datasheet peak known for GPU {names or 'none'}"
+
+
+def _read_steps(rd: RunDir):
+    import pandas as pd
+
+    p = rd.path / "steps.csv"
+    return pd.read_csv(p) if p.is_file() and p.stat().st_size > 0 else None
+
+
+def cell_figures(rd: RunDir) -> dict[str, Figure]:
+    """Throughput, energy per sample, MFU and floors of the measured segment."""
+    rec = rd.read_record()
+    seg = rec.extra.get("measured_segment")
+    out: dict[str, Figure] = {}
+    if rec.extra.get("oom"):
+        out["throughput_samples_per_s"] = Figure.unavailable("samples/s", "out of memory")
+        return out
+    if not seg or seg["t1_s"] <= seg["t0_s"]:
+        out["throughput_samples_per_s"] = Figure.unavailable(
+            "samples/s", "the measured segment did not complete"
+        )
+        return out
+    dur = seg["t1_s"] - seg["t0_s"]
+    samples_n = seg["samples"]
+    thr = samples_n / dur
+    out["measured_s"] = Figure.measured(dur, "s", signal="timer")
+    out["throughput_samples_per_s"] = Figure.measured(
+        thr, "samples/s", signal="timer", reason="synchronized at the segment's edges"
+    )
+    out["step_time_s"] = Figure.measured(dur / seg["steps"], "s", signal="timer")
+    samples = rd.read_samples() if rd.has("samples.csv") else None
+    gpus = (
+        sorted(d for d in samples["device"].unique() if d.startswith("gpu"))
+        if samples is not None and len(samples)
+        else []
+    )
+    energies = []
+    for dev in gpus:
+        w = best_energy(window_energies(samples, dev, seg["t0_s"], seg["t1_s"]))
+        if w is None:
+            continue
+        energies.append(w)
+    if gpus and len(energies) == len(gpus):
+        e = sum(w.energy_j for w in energies)
+        lo = sum(w.lo_j for w in energies if w.lo_j is not None)
+        hi = sum(w.hi_j for w in energies if w.hi_j is not None)
+        sig = "+".join(sorted({w.signal for w in energies}))
+        out["segment_gpu_energy_j"] = Figure.measured(e, "J", signal=sig, lo=lo, hi=hi)
+        out["segment_gpu_power_w"] = Figure.measured(e / dur, "W", signal=sig)
+        out["energy_per_sample_j"] = Figure.measured(
+            e / samples_n, "J", signal=sig, lo=lo / samples_n, hi=hi / samples_n
+        )
+        out["energy_per_1000_samples_kwh"] = Figure.measured(
+            1000 * e / samples_n / J_PER_KWH, "kWh", signal=sig
+        )
+    else:
+        if rec.extra.get("mode") in ("baseline", "codecarbon", "zeus"):
+            why = f"jouleprof's sensors are off in {rec.extra.get('mode')} mode"
+        else:
+            run_gpu = rec.summary.get("gpu_energy_j")
+            why = (run_gpu.reason if run_gpu is not None and run_gpu.reason else None) or (
+                "no GPU energy readings in the measured segment"
+            )
+        for k, u in (("segment_gpu_energy_j", "J"), ("energy_per_sample_j", "J")):
+            out[k] = Figure.unavailable(u, why)
+    cc = rec.extra.get("crosscheck")
+    if cc and cc.get("gpu_energy_j"):
+        out["crosscheck_energy_per_sample_j"] = Figure.measured(
+            cc["gpu_energy_j"] / samples_n, "J", signal=cc.get("tool")
+        )
+    flops = (rec.extra.get("workload_facts") or {}).get("flops_per_sample") or {}
+    f_train = flops.get("forward_backward_flops")
+    if f_train:
+        peak, why = _peak_flops(rec.hardware)
+        n_gpu = max(len(gpus), 1)
+        if peak:
+            out["mfu_pct"] = Figure.estimated(
+                100 * f_train * thr / (peak * n_gpu), "%", reason=f"counted FLOPs / {why}"
+            )
+        else:
+            out["mfu_pct"] = Figure.unavailable("%", why)
+        out["floor_energy_per_sample_j"] = Figure.estimated(
+            f_train / BF16_FLOP_PER_J_H200,
+            "J",
+            reason="counted FLOPs / 1.13 TFLOP per J (H200 bf16 matmul, measured)",
+        )
+    mem = rec.extra.get("peak_mem_allocated_bytes")
+    if mem:
+        out["peak_mem_allocated_bytes"] = Figure.measured(mem, "B", signal="torch allocator")
+    ov = rec.extra.get("overhead")
+    if ov and ov.get("overhead_pct") is not None:
+        out["fine_overhead_pct"] = Figure.measured(
+            ov["overhead_pct"],
+            "%",
+            signal="interleaved blocks",
+            lo=ov.get("ci_lo_pct"),
+            hi=ov.get("ci_hi_pct"),
+        )
+    return out
+
+
+def attribute_cell(rd: RunDir) -> dict[str, Any]:
+    """Every attribution method the run supports; phases_<method>.csv files; a status per method."""
+    from jouleprof.attribution.api import attribute
+
+    status: dict[str, Any] = {}
+    if not rd.has("spans.csv") or (rd.path / "spans.csv").stat().st_size == 0:
+        return {"reason": "no phase spans (only fine mode records them)"}
+    methods = ["proportional", "regression"]
+    if rd.has("isolation_windows.csv") or rd.has("isolation.csv"):
+        methods.append("isolation")
+    for method in methods:
+        try:
+            res = attribute(rd.path, method, warmup_steps=0)
+        except JouleprofError as e:
+            status[method] = {"ok": False, "reason": str(e)}
+            continue
+        df = res.to_frame()
+        rd.write_phases(df)  # phases.csv: the last written wins; regression is written below
+        os.replace(rd.path / "phases.csv", rd.path / f"phases_{method}.csv")
+        status[method] = {"ok": True}
+    if status.get("regression", {}).get("ok"):
+        import shutil
+
+        shutil.copyfile(rd.path / "phases_regression.csv", rd.path / "phases.csv")
+    return status
+
+
+def finish_cell(run_dir: str | os.PathLike[str]) -> None:
+    """Add the cell's figures and attribution to its run.json (idempotent)."""
+    rd = RunDir(Path(run_dir))
+    figs = cell_figures(rd)
+    status = attribute_cell(rd)
+    rec = rd.read_record()
+    rec.summary.update(figs)
+    rec.extra["attribution"] = status
+    rd.write_record(rec)

@@ -1,0 +1,166 @@
+"""A study: a matrix of training cells (batch size × mode × repetition), each its own process.
+
+`run_study(spec, out)` writes study.json, runs every cell that is not already finished (so an
+interrupted study resumes: finished cells are skipped, an incomplete one is redone), and rebuilds
+runs.csv after each cell, so every cell's raw CSVs survive a crash of a later one. A cell that
+runs out of memory is recorded as such and the study goes on; larger batch sizes of the same mode
+are then skipped as certain to run out too (recorded as "oom (skipped)").
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from jouleprof.bench.index import CELLS_DIR, cell_status, write_index
+from jouleprof.bench.train import MODES
+
+log = logging.getLogger(__name__)
+
+STUDY_JSON = "study.json"
+
+
+@dataclass(frozen=True)
+class StudySpec:
+    """The matrix (CLI flags of `jouleprof study` map onto these)."""
+
+    workload: str = "vjepa2"
+    preset: str = "vit_huge"
+    batch_sizes: tuple[int, ...] = (1, 2, 4, 8)
+    modes: tuple[str, ...] = ("baseline", "e2e", "fine")
+    reps: int = 3
+    duration_s: float = 60.0
+    """Measured seconds per cell (after warm-up)."""
+    data: str = "fake"
+    overhead_pairs: int = 4
+    """Fine cells: interleaved overhead block pairs."""
+    isolation_s: float = 0.0
+    """Fine cells of rep 0: seconds to replay each phase alone (0: skip)."""
+    gpus: tuple[int, ...] | None = None
+    cell_timeout_s: float = 1800.0
+    skip_larger_after_oom: bool = True
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        bad = [m for m in self.modes if m not in MODES]
+        if bad:
+            raise ValueError(f"unknown mode(s) {bad}: choose from {', '.join(MODES)}")
+        if not self.batch_sizes or any(b < 1 for b in self.batch_sizes):
+            raise ValueError(f"batch_sizes must be ≥ 1, got {list(self.batch_sizes)}")
+        if self.reps < 1:
+            raise ValueError(f"reps must be ≥ 1, got {self.reps}")
+        if not self.duration_s > 0:
+            raise ValueError(f"duration_s must be > 0, got {self.duration_s}")
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def cells(spec: StudySpec) -> list[dict[str, Any]]:
+    """The cells in run order: repetition-major, so a drift over time does not line up with a
+    factor; modes vary fastest so each batch size's modes run close together."""
+    out = []
+    for rep in range(spec.reps):
+        for bs in spec.batch_sizes:
+            for mode in spec.modes:
+                out.append(
+                    {"cell_id": f"bs{bs}-{mode}-r{rep}", "batch_size": bs, "mode": mode, "rep": rep}
+                )
+    return out
+
+
+def cell_config(spec: StudySpec, cell: dict[str, Any]) -> dict[str, Any]:
+    fine = cell["mode"] == "fine"
+    return {
+        "workload": spec.workload,
+        "preset": spec.preset,
+        "batch_size": cell["batch_size"],
+        "mode": cell["mode"],
+        "duration_s": spec.duration_s,
+        "data": spec.data,
+        "overhead_pairs": spec.overhead_pairs if fine else 0,
+        "isolation_s": spec.isolation_s if fine and cell["rep"] == 0 else 0.0,
+        "gpus": list(spec.gpus) if spec.gpus is not None else None,
+        "overrides": spec.overrides,
+    }
+
+
+def _write_spec(out: Path, spec: StudySpec) -> None:
+    p = out / STUDY_JSON
+    d = spec.to_json()
+    if p.is_file():
+        old = json.loads(p.read_text())
+        old_spec = {k: v for k, v in old.items() if k not in ("created", "resumed")}
+        if json.loads(json.dumps(d)) != old_spec:
+            raise ValueError(
+                f"{out} holds a different study ({STUDY_JSON} differs): resume it with the same "
+                "flags or choose another --out"
+            )
+        d["created"] = old.get("created")
+        d["resumed"] = [*old.get("resumed", []), time.strftime("%Y-%m-%dT%H:%M:%S")]
+    else:
+        d["created"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+    p.write_text(json.dumps(d, indent=2))
+
+
+Runner = Callable[[Path, Path, float], int]
+"""Runs one cell (its config file, its directory, a timeout) and returns its exit status."""
+
+
+def run_study(
+    spec: StudySpec,
+    out: str | Path,
+    runner: Runner | None = None,
+    on_cell: Callable[[dict[str, Any], str], None] | None = None,
+) -> Path:
+    """Run (or resume) the study into `out`; returns the path of runs.csv."""
+    from jouleprof.bench.executors import local_runner
+
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} is a file, not a directory: choose another path")
+    (out / CELLS_DIR).mkdir(parents=True, exist_ok=True)
+    _write_spec(out, spec)
+    runner = runner or local_runner
+    all_cells = cells(spec)
+    oom_at: dict[tuple[str, int], int] = {}  # (mode, rep) -> smallest batch size that OOMed
+    for cell in all_cells:
+        cdir = out / CELLS_DIR / cell["cell_id"]
+        status, _ = cell_status(cdir)
+        key = (cell["mode"], cell["rep"])
+        if status in ("complete", "failed", "oom"):
+            if status == "oom":
+                oom_at[key] = min(oom_at.get(key, cell["batch_size"]), cell["batch_size"])
+            if on_cell:
+                on_cell(cell, f"{status} (done before)")
+            continue
+        if spec.skip_larger_after_oom and key in oom_at and cell["batch_size"] > oom_at[key]:
+            cell["status_override"] = (
+                "oom",
+                f"skipped: batch size {oom_at[key]} ran out of memory",
+            )
+            if on_cell:
+                on_cell(cell, "oom (skipped)")
+            write_index(out, all_cells)
+            continue
+        if cdir.exists():  # incomplete: redo it from scratch
+            shutil.rmtree(cdir)
+        cdir.mkdir(parents=True)
+        cfg_path = cdir.parent / f"{cell['cell_id']}.config.json"
+        cfg_path.write_text(json.dumps(cell_config(spec, cell), indent=2))
+        code = runner(cfg_path, cdir, spec.cell_timeout_s)
+        status, err = cell_status(cdir)
+        if status == "oom":
+            oom_at[key] = min(oom_at.get(key, cell["batch_size"]), cell["batch_size"])
+        elif code != 0 and status == "complete":
+            status = "failed"
+        if on_cell:
+            on_cell(cell, status if not err else f"{status}: {err}")
+        write_index(out, all_cells)
+    return write_index(out, all_cells)

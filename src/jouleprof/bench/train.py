@@ -1,0 +1,282 @@
+"""One training cell: a workload trained under one measurement mode, into one run directory.
+
+The flow of a cell (`run_cell`):
+
+1. warm-up, unrecorded, until step times settle (`WarmupRule`);
+2. the measured segment: `duration_s` of training (or `steps`), with the mode's instruments —
+   baseline: none; e2e: the energy counter about once a second and coarse telemetry; fine: the
+   phase recorder (CUDA events) and the sampler at 20 ms with the counter read every refresh;
+3. fine mode only: the overhead segment — blocks of steps with and without the phase recorder,
+   interleaved in the same process (`bench.overhead`), and optionally the isolation segment — each
+   phase replayed alone for seconds (`bench.isolation`), the reference for attribution;
+4. after the run, from the recorded files alone: throughput, energy per sample, MFU, phase
+   attribution (proportional and regression, isolation where replayed), all in run.json.
+
+A CUDA out-of-memory error ends the cell as failed with `extra["oom"] = True`, data kept.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from jouleprof.bench.warmup import WarmupRule
+from jouleprof.timeline.markers import NullRecorder
+
+log = logging.getLogger(__name__)
+
+STEPS_CSV = "steps.csv"
+OVERHEAD_SPANS_CSV = "overhead_spans.csv"
+STEP_COLUMNS = ("step", "segment", "host_t1_s", "host_step_s", "samples", "recorded")
+MODES = ("baseline", "e2e", "fine", "codecarbon", "zeus")
+
+
+@dataclass(frozen=True)
+class CellConfig:
+    """What one cell trains and how it is measured (CLI flags of `jouleprof profile`)."""
+
+    workload: str = "vjepa2"
+    """Registered workload name (see `bench.workloads`)."""
+    preset: str = "tiny"
+    """The workload's preset: vit_huge, vit_large, vit_base, tiny."""
+    batch_size: int | None = None
+    """Per-step batch size; None: the preset's."""
+    mode: str = "fine"
+    """baseline, e2e, fine, codecarbon or zeus."""
+    duration_s: float | None = 30.0
+    """Length of the measured segment in seconds (or give `steps`)."""
+    steps: int | None = None
+    """Length of the measured segment in steps (overrides duration_s)."""
+    data: str = "fake"
+    """'fake' (FakeVideo: clips synthesized once, then really decoded every epoch), a folder of
+    clips, or a CSV of paths."""
+    num_workers: int | None = None
+    """Data-loader workers; None: the preset's."""
+    overhead_pairs: int = 0
+    """Fine mode: pairs of interleaved recorded/unrecorded blocks measuring the overhead."""
+    overhead_block_steps: int = 8
+    """Steps per overhead block."""
+    isolation_s: float = 0.0
+    """Fine mode: > 0 replays each phase alone for this long (the attribution reference)."""
+    gpus: tuple[int, ...] | None = None
+    """GPU indices to measure; None: every visible one."""
+    interval_s: float = 0.02
+    """Sampler interval in fine mode."""
+    warmup: WarmupRule = field(default_factory=WarmupRule)
+    overrides: dict[str, Any] = field(default_factory=dict)
+    """Workload config fields to change (activation_checkpointing, compile, optimizer_impl,
+    grad_accum_steps, ...)."""
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"unknown mode {self.mode!r}: choose one of {', '.join(MODES)}")
+        if self.steps is None and (self.duration_s is None or self.duration_s <= 0):
+            raise ValueError("give duration_s > 0 or steps ≥ 1")
+        if self.steps is not None and self.steps < 1:
+            raise ValueError(f"steps must be ≥ 1, got {self.steps}")
+        if self.batch_size is not None and self.batch_size < 1:
+            raise ValueError(f"batch_size must be ≥ 1, got {self.batch_size}")
+        if self.overhead_pairs == 1 or self.overhead_pairs < 0 or self.overhead_block_steps < 1:
+            raise ValueError(
+                "overhead_pairs must be 0 (no overhead blocks) or ≥ 2, and overhead_block_steps ≥ 1"
+            )
+        if self.isolation_s < 0:
+            raise ValueError(f"isolation_s must be ≥ 0, got {self.isolation_s}")
+        if self.mode != "fine" and (self.overhead_pairs or self.isolation_s):
+            raise ValueError("overhead_pairs and isolation_s need mode 'fine'")
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["gpus"] = list(self.gpus) if self.gpus is not None else None
+        return d
+
+
+class SwitchableMarker:
+    """A PhaseMarker that forwards to the recorder only while `active` (overhead blocks)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.active = True
+        self._null = NullRecorder()
+
+    def step(self):
+        return (self.inner if self.active else self._null).step()
+
+    def phase(self, name: str):
+        return (self.inner if self.active else self._null).phase(name)
+
+
+@dataclass
+class _StepLog:
+    writer: Any
+    t_origin_ns: int
+    n: int = 0
+
+    def add(self, segment: str, step_s: float, samples: int, recorded: bool) -> None:
+        t1 = (time.perf_counter_ns() - self.t_origin_ns) / 1e9
+        self.writer.write_rows([(self.n, segment, t1, step_s, samples, int(recorded))])
+        self.n += 1
+
+
+def _measure_config(cfg: CellConfig):
+    from jouleprof.measure import MeasureConfig
+
+    kind = "cell"
+    if cfg.mode == "fine":
+        return MeasureConfig(
+            gpus=cfg.gpus, interval_s=cfg.interval_s, counter_interval_s=0.1, idle_s=1.0, kind=kind
+        )
+    if cfg.mode == "e2e":
+        return MeasureConfig(
+            gpus=cfg.gpus, interval_s=0.5, counter_interval_s=1.0, idle_s=1.0, kind=kind
+        )
+    # baseline and the cross-check modes: jouleprof's own sensors stay off.
+    return MeasureConfig(gpus=(), rapl=False, idle_s=0.0, kind=kind)
+
+
+def run_cell(cfg: CellConfig, out: str | Path) -> Path:
+    """Run one cell into the run directory `out` (created); returns its path.
+
+    Raises:
+        ValueError / JouleprofError: bad configuration (nothing is created).
+    """
+    from jouleprof.bench import workloads
+    from jouleprof.bench.cellsummary import finish_cell
+    from jouleprof.bench.modes import require
+    from jouleprof.measure import measure
+    from jouleprof.store.rundir import CsvAppender
+
+    require(cfg.mode)
+    wl = workloads.get(cfg.workload)
+    wconfig = wl.config(cfg.preset, cfg.batch_size, cfg.num_workers, cfg.overrides)
+    run_config = {"cell": cfg.to_json(), "workload": wl.describe(wconfig)}
+    out = Path(out)
+    with measure(out, _measure_config(cfg), run_config=run_config) as m:
+        rec = m.record
+        rec.extra["mode"] = cfg.mode
+        rec.notes.append(cfg.warmup.describe())
+        steps_log = _StepLog(
+            CsvAppender(m.run_dir.path / STEPS_CSV, STEP_COLUMNS), m.clock.origin_ns
+        )
+        try:
+            _train(cfg, wl, wconfig, m, steps_log)
+        except Exception as e:
+            if wl.is_oom(e):
+                rec.extra["oom"] = True
+                rec.extra["exit_code"] = 1
+                rec.notes.append(f"out of memory at batch size {wconfig.batch_size}: {e}")
+                log.warning("cell ran out of memory: %s", e)
+            else:
+                raise
+        finally:
+            steps_log.writer.close()
+    finish_cell(out)
+    return out
+
+
+def _train(cfg: CellConfig, wl, wconfig, m, steps_log: _StepLog) -> None:
+    from jouleprof.bench.modes import crosscheck
+    from jouleprof.bench.overhead import OverheadConfig, interleaved_overhead
+
+    rec = m.record
+    recorder = None
+    if cfg.mode == "fine":
+        from jouleprof.timeline.recorder import PhaseRecorder
+
+        recorder = PhaseRecorder(m.clock, m.span_writer(), device=wl.device(), record=rec)
+    marker = SwitchableMarker(recorder if recorder is not None else NullRecorder())
+    session = wl.session(wconfig, marker, cfg.data)
+    rec.extra["workload_facts"] = session.facts()
+
+    # 1. warm-up, unrecorded
+    marker.active = False
+    times: list[float] = []
+    while not cfg.warmup.settled(times):
+        t = session.step(sync=True)
+        times.append(t)
+        steps_log.add("warmup", t, session.samples_per_step, False)
+    rec.extra["warmup_steps"] = len(times)
+    rec.extra["warmup_settled"] = len(times) < cfg.warmup.max_steps
+
+    # 2. the measured segment
+    marker.active = True
+    cross = (
+        crosscheck(cfg.mode, m.run_dir.path, cfg.gpus)
+        if cfg.mode in ("codecarbon", "zeus")
+        else None
+    )
+    session.sync()
+    t0_ns = time.perf_counter_ns()
+    n = 0
+    with cross if cross is not None else nullcontext() as cc:
+        while True:
+            t = session.step(sync=False)
+            n += 1
+            steps_log.add(
+                "measured", t, session.samples_per_step, marker.active and recorder is not None
+            )
+            elapsed = (time.perf_counter_ns() - t0_ns) / 1e9
+            if (cfg.steps is not None and n >= cfg.steps) or (
+                cfg.steps is None and elapsed >= cfg.duration_s
+            ):
+                break
+        session.sync()
+    t1_ns = time.perf_counter_ns()
+    seg = [m.clock.to_clock_s(t0_ns), m.clock.to_clock_s(t1_ns)]
+    rec.extra["measured_segment"] = {
+        "t0_s": seg[0],
+        "t1_s": seg[1],
+        "steps": n,
+        "samples": n * session.samples_per_step,
+        "first_recorded_step": 0 if recorder is not None else None,
+    }
+    if cc is not None:
+        rec.extra["crosscheck"] = cc.to_json()
+    if recorder is not None:
+        # spans.csv holds the measured segment alone: the overhead blocks record elsewhere.
+        recorder.close()
+        rec.extra["measured_segment"]["last_recorded_step"] = n - 1
+
+    # 3. fine mode: overhead blocks, then isolation replays
+    if cfg.overhead_pairs:
+        from jouleprof.store.rundir import SpanWriter
+        from jouleprof.timeline.recorder import PhaseRecorder
+
+        marker.inner = PhaseRecorder(
+            m.clock, SpanWriter(m.run_dir.path / OVERHEAD_SPANS_CSV), device=wl.device()
+        )
+        t_ov0 = m.clock.now_s()
+
+        def run_block(instrumented: bool, n_steps: int) -> list[float]:
+            # Timed on the host between two synchronizations: the same for both arms.
+            marker.active = instrumented
+            session.sync()
+            t0 = time.perf_counter()
+            for _ in range(n_steps):
+                t = session.step(sync=False)
+                steps_log.add("overhead", t, session.samples_per_step, instrumented)
+            session.sync()
+            return [(time.perf_counter() - t0) / n_steps] * n_steps
+
+        res = interleaved_overhead(
+            run_block,
+            OverheadConfig(
+                blocks=cfg.overhead_pairs, steps_per_block=cfg.overhead_block_steps, drop_first=0
+            ),
+        )
+        marker.active = True
+        marker.inner.close()
+        rec.extra["overhead"] = res.to_json()
+        rec.extra["overhead_segment"] = {"t0_s": t_ov0, "t1_s": m.clock.now_s()}
+    if cfg.isolation_s > 0:
+        from jouleprof.bench.isolation import IsolationConfig, run_isolation_in
+
+        windows = run_isolation_in(
+            m, session.replays(), IsolationConfig(duration_s=cfg.isolation_s)
+        )
+        rec.extra["isolation_windows"] = [w.row() for w in windows]
+    rec.extra["peak_mem_allocated_bytes"] = session.peak_memory_bytes()

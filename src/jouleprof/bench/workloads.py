@@ -1,0 +1,156 @@
+"""Training workloads the cell runner can drive, behind one small interface.
+
+A workload turns (preset, batch size, overrides) into its config, and a config plus a phase
+marker plus a data source into a `Session` that trains one step at a time. Register more with
+`register(name, factory)`; the video classifiers and BERT plug in the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict
+from typing import Any, Protocol
+
+from jouleprof.timeline.markers import PhaseMarker
+
+
+class Session(Protocol):
+    samples_per_step: int
+
+    def step(self, sync: bool) -> float:
+        """Train one step; host seconds it took (device-synchronized when `sync`)."""
+        ...
+
+    def sync(self) -> None: ...
+
+    def replays(self) -> dict[str, Callable[[], Any]]:
+        """Each phase alone, for the isolation method."""
+        ...
+
+    def facts(self) -> dict[str, Any]:
+        """Parameter counts, FLOPs per sample and other facts of the model."""
+        ...
+
+    def peak_memory_bytes(self) -> int | None: ...
+
+
+class Workload(Protocol):
+    name: str
+
+    def config(
+        self, preset: str, batch_size: int | None, num_workers: int | None, overrides: dict
+    ) -> Any: ...
+
+    def describe(self, config: Any) -> dict[str, Any]: ...
+
+    def device(self) -> Any: ...
+
+    def session(self, config: Any, marker: PhaseMarker, data: str) -> Session: ...
+
+    def is_oom(self, exc: BaseException) -> bool: ...
+
+
+class VJepa2Workload:
+    """The V-JEPA2 trainer of `jouleprof.workloads.vjepa2`."""
+
+    name = "vjepa2"
+
+    def config(self, preset, batch_size, num_workers, overrides):
+        from jouleprof.workloads.vjepa2 import get_preset
+
+        kw = dict(overrides)
+        if batch_size is not None:
+            kw["batch_size"] = batch_size
+        if num_workers is not None:
+            kw["num_workers"] = num_workers
+        return get_preset(preset, **kw)
+
+    def describe(self, config) -> dict[str, Any]:
+        d = asdict(config)
+        d["preset_tokens"] = config.num_tokens
+        return d
+
+    def device(self):
+        import torch
+
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+    def session(self, config, marker: PhaseMarker, data: str) -> Session:
+        return _VJepa2Session(config, marker, data, self.device())
+
+    def is_oom(self, exc: BaseException) -> bool:
+        import torch
+
+        return isinstance(exc, torch.cuda.OutOfMemoryError) or "out of memory" in str(exc)
+
+
+class _VJepa2Session:
+    def __init__(self, config, marker: PhaseMarker, data: str, device) -> None:
+        import torch
+
+        from jouleprof.workloads.vjepa2.collate import make_loader
+        from jouleprof.workloads.vjepa2.step import VJepa2Trainer
+
+        self._torch = torch
+        self.config = config
+        self.device = device
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+        self.trainer = VJepa2Trainer(config, device, marker)
+        self.batches = iter(make_loader(config, data, device=device))
+        self.samples_per_step = config.samples_per_step
+
+    def sync(self) -> None:
+        if self.device.type == "cuda":
+            self._torch.cuda.synchronize(self.device)
+
+    def step(self, sync: bool) -> float:
+        import time
+
+        t0 = time.perf_counter()
+        self.trainer.train_step(self.batches)
+        if sync:
+            self.sync()
+        return time.perf_counter() - t0
+
+    def replays(self) -> dict[str, Callable[[], Any]]:
+        t = self.trainer
+        return {
+            "forward": t.run_forward,
+            "forward+backward": t.run_forward_backward,
+            "optimizer": t.run_optimizer_step,
+            "ema": t.run_ema,
+        }
+
+    def facts(self) -> dict[str, Any]:
+        from jouleprof.workloads.vjepa2.flops import flops_per_sample
+
+        facts: dict[str, Any] = {"parameters": self.trainer.parameter_counts()}
+        try:
+            facts["flops_per_sample"] = flops_per_sample(self.config)
+        except Exception as e:  # a count we cannot make is said, not guessed
+            facts["flops_per_sample"] = {"value": None, "reason": f"{type(e).__name__}: {e}"}
+        return facts
+
+    def peak_memory_bytes(self) -> int | None:
+        if self.device.type != "cuda":
+            return None
+        return int(self._torch.cuda.max_memory_allocated(self.device))
+
+
+_REGISTRY: dict[str, Callable[[], Workload]] = {"vjepa2": VJepa2Workload}
+
+
+def register(name: str, factory: Callable[[], Workload]) -> None:
+    _REGISTRY[name] = factory
+
+
+def names() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+def get(name: str) -> Workload:
+    try:
+        return _REGISTRY[name]()
+    except KeyError:
+        raise ValueError(f"unknown workload {name!r}: choose one of {', '.join(names())}") from None

@@ -1,0 +1,124 @@
+"""`jouleprof study vjepa2`: the batch size × measurement mode matrix, each cell its own process."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from jouleprof.cli.console import err_console, fail, note
+
+
+def _ints(text: str, flag: str) -> tuple[int, ...]:
+    try:
+        out = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise typer.BadParameter(f"{flag} takes comma-separated integers, got {text!r}") from None
+    if not out:
+        raise typer.BadParameter(f"{flag} is empty")
+    return out
+
+
+def study_cmd(
+    workload: Annotated[str, typer.Argument(help="Workload: vjepa2.")] = "vjepa2",
+    preset: Annotated[str, typer.Option(help="tiny, vit_base, vit_large, vit_huge.")] = "vit_huge",
+    batch_sizes: Annotated[
+        str, typer.Option(help="Comma-separated batch sizes.")
+    ] = "1,2,4,8,16,32",
+    modes: Annotated[
+        str, typer.Option(help="Comma-separated: baseline,e2e,fine,codecarbon,zeus.")
+    ] = "baseline,e2e,fine",
+    reps: Annotated[int, typer.Option(help="Repetitions of every cell.")] = 3,
+    duration_s: Annotated[
+        float, typer.Option(help="Measured seconds per cell, after warm-up.")
+    ] = 60.0,
+    data: Annotated[
+        str, typer.Option(help="'fake' (FakeVideo), a clip folder or a CSV of paths.")
+    ] = "fake",
+    overhead_pairs: Annotated[
+        int, typer.Option(help="Fine cells: interleaved overhead block pairs.")
+    ] = 4,
+    isolation_s: Annotated[
+        float, typer.Option(help="Fine cells of rep 0: seconds per phase replay.")
+    ] = 0.0,
+    gpus: Annotated[str | None, typer.Option(help="GPU indices to measure.")] = None,
+    executor: Annotated[
+        str, typer.Option(help="local (a process per cell) or slurm (submitit).")
+    ] = "local",
+    partition: Annotated[str | None, typer.Option(help="Slurm partition (executor slurm).")] = None,
+    cell_timeout_s: Annotated[float, typer.Option(help="Kill a cell after this long.")] = 1800.0,
+    out: Annotated[
+        Path, typer.Option(help="Study directory (rerun the same command to resume).")
+    ] = Path("jouleprof-runs/study"),
+    report: Annotated[bool, typer.Option(help="Write report.html when done.")] = True,
+) -> None:
+    """Run the matrix; rerunning the same command resumes an interrupted study."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from jouleprof.bench.study import StudySpec, cells, run_study
+    from jouleprof.cli.measure import parse_gpus
+
+    try:
+        spec = StudySpec(
+            workload=workload,
+            preset=preset,
+            batch_sizes=_ints(batch_sizes, "--batch-sizes"),
+            modes=tuple(m.strip() for m in modes.split(",") if m.strip()),
+            reps=reps,
+            duration_s=duration_s,
+            data=data,
+            overhead_pairs=overhead_pairs,
+            isolation_s=isolation_s,
+            gpus=parse_gpus(gpus),
+            cell_timeout_s=cell_timeout_s,
+        )
+        from jouleprof.bench import workloads
+
+        wl = workloads.get(workload)
+        wl.config(preset, None, None, {})  # an unknown preset fails here, before any cell
+    except ValueError as e:
+        fail(str(e))
+    runner = None
+    if executor == "slurm":
+        from jouleprof.bench.executors import slurm_runner
+
+        try:
+            runner = slurm_runner(partition)
+        except ImportError as e:
+            fail(str(e))
+    elif executor != "local":
+        fail(f"unknown --executor {executor!r}: choose local or slurm")
+    total = len(cells(spec))
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err_console,
+    ) as bar:
+        task = bar.add_task("cells", total=total)
+
+        def on_cell(cell, status):
+            bar.console.print(f"{cell['cell_id']:>20s}  {status}", highlight=False)
+            bar.advance(task)
+
+        try:
+            index = run_study(spec, out, runner, on_cell)
+        except ValueError as e:
+            fail(str(e))
+        except KeyboardInterrupt:
+            note(f"interrupted: rerun the same command to resume ({out})")
+            raise typer.Exit(130) from None
+    note(f"index: {index}")
+    if report:
+        try:
+            from jouleprof.report.html import write_study_report
+        except ImportError as e:
+            note(f"no report: {e}")
+            return
+        note(f"report: {write_study_report(out)}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("study")(study_cmd)
