@@ -1,0 +1,103 @@
+"""A training cell end to end on the CPU (tiny V-JEPA2), and its out-of-memory path."""
+
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from jouleprof.bench import workloads  # noqa: E402
+from jouleprof.bench.train import CellConfig, run_cell  # noqa: E402
+from jouleprof.bench.workloads import VJepa2Workload  # noqa: E402
+from jouleprof.store.rundir import RunDir  # noqa: E402
+
+
+def test_fine_cell_records_phases_overhead_and_says_why_energy_is_missing(tmp_path):
+    out = tmp_path / "cell"
+    cfg = CellConfig(
+        preset="tiny",
+        mode="fine",
+        steps=6,
+        overhead_pairs=2,
+        overhead_block_steps=2,
+        gpus=None,
+        overrides={"num_workers": 0},
+    )
+    run_cell(cfg, out)
+    rd = RunDir(out)
+    rec = rd.read_record()
+    assert rec.status.value == "complete"
+    spans = rd.read_spans()
+    assert set(spans["phase"]) >= {
+        "data",
+        "forward",
+        "forward/target",
+        "forward/context",
+        "backward",
+        "optimizer",
+        "ema",
+    }
+    assert spans["step"].nunique() == 6  # the measured segment only; warm-up is not recorded
+    steps = (out / "steps.csv").read_text().splitlines()
+    assert steps[0].startswith("step,segment")
+    assert {"warmup", "measured", "overhead"} <= {line.split(",")[1] for line in steps[1:]}
+    s = rec.summary
+    assert s["throughput_samples_per_s"].value > 0
+    assert s["fine_overhead_pct"].source.value == "measured"
+    flops = rec.extra["workload_facts"]["flops_per_sample"]["forward_backward_flops"]
+    assert flops > 0 and s["floor_energy_per_sample_j"].value == pytest.approx(
+        flops / (790e12 / 700)
+    )
+    if not any(d.startswith("gpu") for d in rd.read_samples()["device"]):
+        assert s["energy_per_sample_j"].value is None and s["energy_per_sample_j"].reason
+        assert rec.extra["attribution"]["regression"]["ok"] is False
+
+
+class _OomWorkload(VJepa2Workload):
+    name = "oomtest"
+
+    def session(self, config, marker, data):
+        s = super().session(config, marker, data)
+        if config.batch_size >= 4:
+
+            def boom(sync):
+                raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 9.00 GiB")
+
+            s.step = boom
+        return s
+
+
+def test_out_of_memory_is_recorded_and_data_kept(tmp_path):
+    workloads.register("oomtest", _OomWorkload)
+    out = tmp_path / "oom"
+    run_cell(
+        CellConfig(
+            workload="oomtest",
+            preset="tiny",
+            batch_size=4,
+            mode="e2e",
+            steps=2,
+            overrides={"num_workers": 0},
+        ),
+        out,
+    )
+    rec = RunDir(out).read_record()
+    assert rec.extra["oom"] is True
+    assert rec.status.value == "failed"
+    assert any("out of memory" in n for n in rec.notes)
+    assert (
+        json.loads((out / "run.json").read_text())["summary"]["throughput_samples_per_s"]["reason"]
+        == "out of memory"
+    )
+
+
+def test_bad_cell_config_is_refused_before_anything_runs(tmp_path):
+    with pytest.raises(ValueError, match="unknown mode"):
+        CellConfig(mode="turbo")
+    with pytest.raises(ValueError, match="overhead_pairs"):
+        CellConfig(overhead_pairs=1)
+    with pytest.raises(ValueError, match="unknown workload"):
+        run_cell(CellConfig(workload="nope"), tmp_path / "x")
+    with pytest.raises(ValueError, match="preset"):
+        run_cell(CellConfig(preset="vit_gigantic"), tmp_path / "y")
+    assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()

@@ -1,0 +1,88 @@
+"""The study runner's bookkeeping, with a fake cell runner (no training): resume, OOM, failures."""
+
+import json
+
+import pandas as pd
+import pytest
+
+from jouleprof.bench.study import StudySpec, cells, run_study
+from jouleprof.store.rundir import RunDir
+from jouleprof.types import Figure, RunRecord, RunStatus
+
+
+def fake_runner(oom_from=8, fail_cells=(), crash_cells=()):
+    calls = []
+
+    def run(config_path, cell_dir, timeout_s):
+        cfg = json.loads(config_path.read_text())
+        cid = cell_dir.name
+        calls.append(cid)
+        if cid in crash_cells:  # died mid-run: run.json says running, no error file
+            RunDir.create(cell_dir, RunRecord(run_id=cid, kind="cell"))
+            return -9
+        if cid in fail_cells:
+            (cell_dir / "error.txt").write_text("RuntimeError: boom\n")
+            return 1
+        rec = RunRecord(run_id=cid, kind="cell", status=RunStatus.COMPLETE)
+        if cfg["batch_size"] >= oom_from:
+            rec.extra["oom"] = True
+            rec.notes.append(f"out of memory at batch size {cfg['batch_size']}")
+        else:
+            rec.summary["throughput_samples_per_s"] = Figure.measured(
+                10.0 * cfg["batch_size"], "samples/s"
+            )
+        RunDir.create(cell_dir, rec)
+        return 3 if rec.extra.get("oom") else 0
+
+    run.calls = calls
+    return run
+
+
+def spec(**kw):
+    base = dict(
+        preset="tiny", batch_sizes=(2, 8, 16), modes=("baseline", "fine"), reps=2, duration_s=1
+    )
+    return StudySpec(**{**base, **kw})
+
+
+def test_matrix_order_and_oom_skips_larger_batches(tmp_path):
+    runner = fake_runner(oom_from=8)
+    index = run_study(spec(), tmp_path, runner)
+    df = pd.read_csv(index)
+    assert len(df) == len(cells(spec())) == 12
+    assert list(df["cell_id"][:3]) == ["bs2-baseline-r0", "bs2-fine-r0", "bs8-baseline-r0"]
+    assert set(df.loc[df.batch_size == 2, "status"]) == {"complete"}
+    assert set(df.loc[df.batch_size >= 8, "status"]) == {"oom"}
+    # bs16 never ran: bs8 already ran out of memory for that mode and rep.
+    assert not any(c.startswith("bs16") for c in runner.calls)
+    assert df.loc[df.cell_id == "bs16-fine-r1", "error"].item().startswith("skipped")
+    assert df.loc[df.cell_id == "bs2-fine-r0", "throughput_samples_per_s"].item() == 20.0
+
+
+def test_resume_skips_finished_and_redoes_the_incomplete(tmp_path):
+    run_study(
+        spec(), tmp_path, fake_runner(crash_cells={"bs2-fine-r1"}, fail_cells={"bs2-baseline-r1"})
+    )
+    df = pd.read_csv(tmp_path / "runs.csv").set_index("cell_id")
+    assert df.loc["bs2-fine-r1", "status"] == "incomplete"
+    assert df.loc["bs2-baseline-r1", "status"] == "failed"
+    assert df.loc["bs2-baseline-r1", "error"] == "RuntimeError: boom"
+    again = fake_runner()
+    run_study(spec(), tmp_path, again)
+    assert again.calls == ["bs2-fine-r1"]  # only the incomplete cell is redone
+    df = pd.read_csv(tmp_path / "runs.csv").set_index("cell_id")
+    assert df.loc["bs2-fine-r1", "status"] == "complete"
+    assert json.loads((tmp_path / "study.json").read_text())["resumed"]
+
+
+def test_a_different_study_in_the_same_directory_is_refused(tmp_path):
+    run_study(spec(), tmp_path, fake_runner())
+    with pytest.raises(ValueError, match="different study"):
+        run_study(spec(reps=3), tmp_path, fake_runner())
+
+
+def test_bad_spec_lists_what_is_allowed():
+    with pytest.raises(ValueError, match="baseline, e2e, fine"):
+        StudySpec(modes=("fast",))
+    with pytest.raises(ValueError, match="batch_sizes"):
+        StudySpec(batch_sizes=(0,))
