@@ -86,3 +86,20 @@ def test_bad_spec_lists_what_is_allowed():
         StudySpec(modes=("fast",))
     with pytest.raises(ValueError, match="batch_sizes"):
         StudySpec(batch_sizes=(0,))
+
+
+def test_time_budget_stops_starting_cells_and_a_rerun_finishes(tmp_path):
+    import time
+
+    slow = fake_runner()
+
+    def runner(*a):
+        time.sleep(0.05)
+        return slow(*a)
+
+    run_study(spec(reps=1), tmp_path, runner, time_budget_s=0.01)
+    assert slow.calls == ["bs2-baseline-r0"]
+    df = pd.read_csv(tmp_path / "runs.csv")
+    assert (df["status"] == "missing").sum() == 5
+    run_study(spec(reps=1), tmp_path, fake_runner())
+    assert (pd.read_csv(tmp_path / "runs.csv")["status"] != "missing").all()

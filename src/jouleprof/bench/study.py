@@ -118,8 +118,14 @@ def run_study(
     out: str | Path,
     runner: Runner | None = None,
     on_cell: Callable[[dict[str, Any], str], None] | None = None,
+    time_budget_s: float | None = None,
 ) -> Path:
-    """Run (or resume) the study into `out`; returns the path of runs.csv."""
+    """Run (or resume) the study into `out`; returns the path of runs.csv.
+
+    Args:
+        time_budget_s: start no new cell after this many seconds (the rest waits for a rerun,
+            which resumes): for machines lent by the hour, or a job's time limit.
+    """
     from jouleprof.bench.executors import local_runner
 
     out = Path(out)
@@ -130,6 +136,7 @@ def run_study(
     runner = runner or local_runner
     all_cells = cells(spec)
     oom_at: dict[tuple[str, int], int] = {}  # (mode, rep) -> smallest batch size that OOMed
+    started = time.monotonic()
     for cell in all_cells:
         cdir = out / CELLS_DIR / cell["cell_id"]
         status, _ = cell_status(cdir)
@@ -148,6 +155,10 @@ def run_study(
             if on_cell:
                 on_cell(cell, "oom (skipped)")
             write_index(out, all_cells)
+            continue
+        if time_budget_s is not None and time.monotonic() - started > time_budget_s:
+            if on_cell:
+                on_cell(cell, "not started: time budget spent (rerun to resume)")
             continue
         if cdir.exists():  # incomplete: redo it from scratch
             shutil.rmtree(cdir)

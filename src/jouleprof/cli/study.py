@@ -52,6 +52,9 @@ def study_cmd(
         Path, typer.Option(help="Study directory (rerun the same command to resume).")
     ] = Path("jouleprof-runs/study"),
     report: Annotated[bool, typer.Option(help="Write report.html when done.")] = True,
+    time_budget_s: Annotated[
+        float | None, typer.Option(help="Start no new cell after this long (rerun to resume).")
+    ] = None,
 ) -> None:
     """Run the matrix; rerunning the same command resumes an interrupted study."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -104,7 +107,7 @@ def study_cmd(
             bar.advance(task)
 
         try:
-            index = run_study(spec, out, runner, on_cell)
+            index = run_study(spec, out, runner, on_cell, time_budget_s)
         except ValueError as e:
             fail(str(e))
         except KeyboardInterrupt:
