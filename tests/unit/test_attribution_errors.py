@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -164,3 +165,18 @@ def test_unreadable_span_times(run_dir):
 def test_not_a_run_directory(tmp_path):
     with pytest.raises(RunDirError):
         attribute(tmp_path / "nowhere", "regression")
+
+
+def test_a_counter_read_too_rarely_is_left_out_with_a_note(tmp_path):
+    run = simulate_training(PHASES, 200, span_noise_s=50e-6, seed=1)
+    d = write_run(tmp_path / "run", run)
+    s = pd.read_csv(d / "samples.csv")
+    reads = s.index[s["energy_j"].notna()]
+    sparse = reads[1:-1][np.arange(len(reads) - 2) % 10 != 0]  # about one read a second
+    s.loc[sparse, "energy_j"] = float("nan")
+    s.to_csv(d / "samples.csv", index=False)
+    res = attribute(d, "regression").device("gpu0")
+    if "counter" in res.diagnostics["rows"]:
+        pytest.skip("this core has one refresh grid for every signal")
+    assert any("read too rarely" in n for n in res.notes)
+    assert res.phase("forward").resolved

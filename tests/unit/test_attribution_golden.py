@@ -257,3 +257,25 @@ def test_compare_gives_the_percentage_difference_per_phase():
         # Isolation counts nominal call durations; the run's durations jittered by 5 %.
         assert abs(d_reg[name]) < 5.0
     assert d_prop["a"] > 50.0
+
+
+def test_isolation_windows_are_measured_from_the_runs_samples(tmp_path):
+    """The runner writes only windows of time; their energy comes from samples.csv."""
+    import csv
+
+    from jouleprof.attribution.isolation import WINDOWS_CSV, load_replays
+
+    run, samples, tl, _ = exact_run(200.0, 500.0, 200.0)
+    # Steps 20-119 as one "replay" window of a+b: 100 calls.
+    t0 = float(run.spans_frame().query("step == 20")["t0_s"].min())
+    t1 = float(run.spans_frame().query("step == 119")["t1_s"].max())
+    with (tmp_path / WINDOWS_CSV).open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["replay", "n_calls", "t0_s", "t1_s", "time_per_call_s"])
+        w.writerow(["a+b", 100, t0, t1, (t1 - t0) / 100])
+    (rep,) = load_replays(tmp_path, samples, "gpu0")
+    truth = run.schedule.energy_j(t0, t1)
+    assert rep.replay == "a+b" and rep.n_calls == 100 and rep.signal == "counter"
+    assert rep.time_s == pytest.approx(t1 - t0)
+    assert rep.energy_j == pytest.approx(truth, rel=1e-3)
+    assert rep.energy_lo_j <= truth <= rep.energy_hi_j

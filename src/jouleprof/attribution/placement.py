@@ -7,12 +7,17 @@ over minutes, and the instant field's window (~25 ms) is only what was published
 steps in the readings pin all of that better: this module fits, by Gauss-Newton with the grid
 fits' uncertainties as a Gaussian prior,
 
-    θ = (counter shift, counter drift, power shift, power drift, instant window − its prior)
+    θ = (counter shift, counter drift, power shift, power drift, instant window − its prior,
+         power gain)
 
-where a row at relative position u ∈ [-1, 1] of the run moves by shift + drift·u, and the
-instant rows' window is lengthened by the last term. It also gives each row its weight:
-the configured weight of its signal over √(the signal's noise floor + the variance that the
-jitter of the row's edges causes, which is large only where an edge sits on a power step).
+where a row at relative position u ∈ [-1, 1] of the run moves by shift + drift·u, the instant
+rows' window is lengthened by the fifth term, and the power readings are taken as (1 + gain)
+times the true power: the counter sets the scale (on an H200 the power fields read ~1 % low
+at idle, and up to several percent off elsewhere; shared/FACTS.md).
+
+It also gives each row its weight: the configured weight of its signal over √(the signal's
+noise floor + the variance that the jitter of the row's edges causes, which is large only
+where an edge sits on a power step).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ PARAMS: tuple[str, ...] = (
     "power_shift_s",
     "power_drift_s",
     "instant_window_extra_s",
+    "power_gain",
 )
 _MIN_ROW_VAR_W2 = 0.01  # floor on a row's noise variance: no row is trusted beyond 0.1 W
 _STEP_S = 20e-6  # finite-difference step of the Jacobian
@@ -71,6 +77,11 @@ class Placement:
             ov[m] = self.timeline.overlap_s(r.t0_s[m], r.t1_s[m], float(sig[k]))
         return ov[:, self.cols] / r.duration_s[:, None]
 
+    def target(self, theta: np.ndarray) -> np.ndarray:
+        """Each row's mean power with the power readings' gain taken out (W)."""
+        r = self.rows
+        return np.where(r.kind == COUNTER, r.power_w, r.power_w / (1.0 + theta[5]))
+
     def full(self, power: np.ndarray) -> np.ndarray:
         """Fitted powers spread over all of timeline.names (0 where not fitted)."""
         out = np.zeros(len(self.timeline.names))
@@ -83,11 +94,12 @@ def row_weights(
 ) -> np.ndarray:
     """Row weights ∝ configured weight / √(noise floor of its signal + its jitter variance)."""
     rows = pl.placed(theta)
+    y = pl.target(theta)
     var_w2 = jitter_variance_w2(pl.timeline, rows, pl.full(power), pl.sigma_s[rows.kind])
     base = np.zeros(len(rows))
     for k in np.unique(rows.kind):
         m = rows.kind == k
-        r = rows.power_w[m] - x[m] @ power
+        r = y[m] - x[m] @ power
         base[m] = max(float(np.mean(r**2) - np.mean(var_w2[m])), _MIN_ROW_VAR_W2)
     w = kind_w[rows.kind] / np.sqrt(base + var_w2)
     return w / np.sqrt(np.mean(w**2))
@@ -106,12 +118,13 @@ def refine(
     Returns:
         θ and its posterior covariance.
     """
-    y = pl.rows.power_w
     lam = 1.0 / prior_sd**2
     theta = np.array(theta, dtype=float)
     a = np.diag(lam)
+    power_rows = pl.rows.kind != COUNTER
     for _ in range(max_iter):
         x = pl.design(theta)
+        y = pl.target(theta)
         power = fit_powers(x * w[:, None], y * w)
         r = (y - x @ power) * w
         grads = {}
@@ -120,7 +133,10 @@ def refine(
             e[i] = _STEP_S
             d = (pl.design(theta + e) - pl.design(theta - e)) / (2 * _STEP_S)
             grads[i] = (d @ power) * w
-        jac = np.column_stack([grads[0], grads[0] * pl.u, grads[2], grads[2] * pl.u, grads[4]])
+        gain = np.where(power_rows, pl.rows.power_w / (1.0 + theta[5]) ** 2, 0.0) * w
+        jac = np.column_stack(
+            [grads[0], grads[0] * pl.u, grads[2], grads[2] * pl.u, grads[4], gain]
+        )
         v = max(float(np.mean(r**2)), 1e-12)
         a = jac.T @ jac / v + np.diag(lam)
         step = np.linalg.solve(a, jac.T @ r / v - lam * theta)

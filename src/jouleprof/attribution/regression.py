@@ -67,6 +67,7 @@ from jouleprof.sensors.refresh import RefreshEstimate, detect_device_refresh
 log = logging.getLogger(__name__)
 
 METHOD = "regression"
+_GAIN_PRIOR_SD = 0.05  # the power fields' scale relative to the counter: ±5 % a priori
 _MIN_BLOCKS = 10  # resample at least this many blocks, or the bootstrap has nothing to vary
 
 
@@ -109,12 +110,21 @@ class RegressionConfig:
     """Rows up to this far outside the analysed steps still inform the idle power."""
     seed: int = 0
     """Seeds the bootstrap."""
+    min_rel_halfwidth: float = 0.001
+    """No interval is reported narrower than ± this fraction of its estimate: below ±0.1 % the
+    assumptions (power stationary across steps, the sensor model) matter more than the data."""
 
     def __post_init__(self) -> None:
         for name in ("instant_window_s", "average_window_s", "block_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0 seconds, got {getattr(self, name)}")
-        for name in ("counter_weight", "instant_weight", "average_weight", "margin_s"):
+        for name in (
+            "counter_weight",
+            "instant_weight",
+            "average_weight",
+            "margin_s",
+            "min_rel_halfwidth",
+        ):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be ≥ 0, got {getattr(self, name)}")
         if self.n_boot < 200:
@@ -136,12 +146,18 @@ def _nnls_gram(gram: np.ndarray, rhs: np.ndarray) -> np.ndarray:
     return nnls(r, z, maxiter=50 * p)[0]
 
 
+def _block_rows(mid_s: np.ndarray, cfg: RegressionConfig) -> int:
+    """Rows per block of `block_s` seconds (fewer in a short run: at least _MIN_BLOCKS blocks)."""
+    n = len(mid_s)
+    span_s = float(mid_s[-1] - mid_s[0]) if n > 1 else 0.0
+    block = round(cfg.block_s * n / span_s) if span_s > 0 else n
+    return int(np.clip(block, 1, max(n // _MIN_BLOCKS, 1)))
+
+
 def _block_bootstrap(a: np.ndarray, b: np.ndarray, mid_s: np.ndarray, cfg: RegressionConfig):
     """Powers refitted on `n_boot` moving-block resamples of the rows: (n_boot, p), block rows."""
     n, p = a.shape
-    span_s = float(mid_s[-1] - mid_s[0]) if n > 1 else 0.0
-    block = round(cfg.block_s * n / span_s) if span_s > 0 else n
-    block = int(np.clip(block, 1, max(n // _MIN_BLOCKS, 1)))  # a short run: shorter blocks
+    block = _block_rows(mid_s, cfg)
     n_blocks = int(np.ceil(n / block))
     gram_cum = np.zeros((n + 1, p, p))
     gram_cum[1:] = np.cumsum(a[:, :, None] * a[:, None, :], axis=0)
@@ -157,29 +173,44 @@ def _block_bootstrap(a: np.ndarray, b: np.ndarray, mid_s: np.ndarray, cfg: Regre
     return out, block
 
 
-def _grid(samples, device: str, signal: str) -> RefreshEstimate | None:
+def _grid(samples, device: str, signal: str) -> tuple[RefreshEstimate | None, bool]:
+    """The refresh grid of `signal`, and whether it is that signal's own.
+
+    A core whose `detect_device_refresh` takes no signal has one grid for every signal (its
+    own by assumption).
+    """
     try:
-        return detect_device_refresh(samples, device, signal=signal)
-    except TypeError:  # a core whose signals all share one grid
-        return detect_device_refresh(samples, device)
+        grid = detect_device_refresh(samples, device, signal=signal)
+    except TypeError:
+        return detect_device_refresh(samples, device), True
+    return grid, grid is not None and grid.signal == signal
 
 
-def _jitter_grids(samples, dev, cfg: RegressionConfig) -> dict[str, JitterGrid]:
-    """The counter's grid and the power fields' grid, each refitted with its jitter."""
+def _jitter_grids(samples, dev, cfg: RegressionConfig) -> tuple[dict[str, JitterGrid], list[str]]:
+    """The counter's grid and the power fields' grid, each refitted with its jitter; notes."""
     out: dict[str, JitterGrid] = {}
+    notes: list[str] = []
     t = dev["t_s"].to_numpy(float)
+    device = str(dev["device"].iloc[0])
     power_col = "power_instant_w" if dev["power_instant_w"].notna().any() else "power_w"
     wanted = [("counter", "energy_j", cfg.use_counter)]
     wanted.append(("power", power_col, cfg.use_instant or cfg.use_average))
     for name, col, use in wanted:
         if not use or col not in dev.columns or dev[col].notna().sum() < 10:
             continue
-        grid = _grid(samples, dev["device"].iloc[0], col)
-        if grid is not None:
-            # The grid may come from another signal (a counter read too rarely to time):
-            # its jitter then belongs to that signal, a guess for this one.
-            out[name] = fit_jitter_grid(t, dev[grid.signal].to_numpy(float), grid)
-    return out
+        grid, own = _grid(samples, device, col)
+        if grid is None:
+            continue
+        if name == "counter" and not own:
+            # Its refreshes cannot be placed (read too rarely): a counter value could belong
+            # to any instant of the period before its read. Its rows are left out.
+            notes.append(
+                "the energy counter was read too rarely to place its refreshes: regression "
+                "used the power readings only (record in fine mode: a counter read per refresh)"
+            )
+            continue
+        out[name] = fit_jitter_grid(t, dev[grid.signal].to_numpy(float), grid)
+    return out, notes
 
 
 @dataclass
@@ -228,16 +259,16 @@ def _fit_pass(dev, timeline: Timeline, jc: JitterGrid, jp: JitterGrid, cfg: Regr
     half = max(0.5 * float(mid[-1] - mid[0]), 1e-9)
     center = 0.5 * float(mid[-1] + mid[0])
     pl = Placement(timeline, rows, cols, sigma, np.clip((mid - center) / half, -1, 1))
-    y = rows.power_w
     kind_w = np.array([cfg.counter_weight, cfg.instant_weight, cfg.average_weight])
 
     # Fit, reweigh, refine where the rows sit in time, reweigh there, fit again.
     w = rows.weight
     theta = np.zeros(len(PARAMS))
-    x = pl.design(theta)
+    x, y = pl.design(theta), pl.target(theta)
     power = fit_powers(x * w[:, None], y * w)
     w0 = cfg.instant_window_s
     fit_window = cfg.fit_instant_window and bool(np.any(rows.kind == INSTANT))
+    has_both = bool(np.any(rows.kind == COUNTER)) and bool(np.any(rows.kind != COUNTER))
     prior_sd = np.maximum(
         [
             jc.offset_se_s,
@@ -245,6 +276,8 @@ def _fit_pass(dev, timeline: Timeline, jc: JitterGrid, jp: JitterGrid, cfg: Regr
             jp.offset_se_s,
             jp.period_se_s * half / jp.grid.period_s,
             0.4 * w0 if fit_window else 0.0,
+            # The power fields' scale is free only where the counter can set it.
+            _GAIN_PRIOR_SD if has_both else 0.0,
         ],
         1e-9,
     )
@@ -256,10 +289,11 @@ def _fit_pass(dev, timeline: Timeline, jc: JitterGrid, jp: JitterGrid, cfg: Regr
         lo, hi = -5 * prior_sd - 2e-3, 5 * prior_sd + 2e-3
         lo[4] = max(lo[4], -0.8 * w0)
         hi[4] = min(hi[4], jp.grid.period_s - w0)
+        lo[5], hi[5] = max(lo[5], -0.5), min(hi[5], 0.5)
         # Twice: the weights of the first round were taken where the rows sat before.
         for _ in range(2 if cfg.reweight else 1):
             theta, theta_cov = refine(pl, w, theta, prior_sd, (lo, hi))
-            x = pl.design(theta)
+            x, y = pl.design(theta), pl.target(theta)
             power = fit_powers(x * w[:, None], y * w)
             if cfg.reweight:
                 w = row_weights(pl, x, power, kind_w, theta)
@@ -288,7 +322,9 @@ def attribute_regression(
     """
     cfg = cfg or RegressionConfig()
     dev = samples[samples["device"] == device]
-    grids = _jitter_grids(samples, dev, cfg)
+    grids, grid_notes = _jitter_grids(samples, dev, cfg)
+    if "counter" not in grids and "power" in grids and cfg.use_counter:
+        cfg = replace(cfg, use_counter=False)
     if not grids:
         raise AttributionError(
             f"cannot place {device}'s sensor refreshes: too few updates, or reads too sparse "
@@ -311,7 +347,7 @@ def attribute_regression(
         f = _fit_pass(dev, timeline, jc, jp, cfg)
     pl, theta, theta_cov, w, x, power = f.pl, f.theta, f.theta_cov, f.w, f.x, f.power
     rows, cols, cover, sigma = pl.rows, pl.cols, f.cover, pl.sigma_s
-    y = rows.power_w
+    y = pl.target(theta)
     w0 = cfg.instant_window_s
     a, b = x * w[:, None], y * w
     boot, block = _block_bootstrap(a, b, rows.mid_s, cfg)
@@ -326,15 +362,16 @@ def attribute_regression(
     for d_sigma, d_theta in perturb:
         fits = []
         for sign in (1.0, -1.0):
-            xs = pl.design(theta + sign * d_theta, sigma + sign * d_sigma)
-            fits.append(fit_powers(xs * w[:, None], b))
+            th = theta + sign * d_theta
+            xs = pl.design(th, sigma + sign * d_sigma)
+            fits.append(fit_powers(xs * w[:, None], pl.target(th) * w))
         sens.append(0.5 * (fits[0] - fits[1]))
     sys_sd_w = np.sqrt(np.sum(np.square(sens), axis=0))
 
     # Steps in lockstep with every grid the rows sit on repeat the same few equations: the fit
     # then leans on details of the sensor model that the interval does not capture. Widen it
     # (a heuristic: by 0.5 / coverage, so × 2.5 when steps start in 4 of 20 parts of the cycle).
-    notes = []
+    notes = list(grid_notes)
     coverage = max(_refresh_coverage(timeline, g.grid) for g in (jc, jp))
     widen = max(1.0, 0.5 / max(coverage, 0.05))
     if coverage < 0.5:
@@ -372,6 +409,7 @@ def attribute_regression(
         "relabelled_after_shift_s": moved,
         "instant_window_fitted_s": float(w0 + theta[4]),
         "instant_window_sd_s": float(np.sqrt(theta_cov[4, 4])),
+        "power_gain": float(theta[5]),
     }
     diagnostics["step_start_refresh_coverage"] = coverage
     diagnostics["interval_widened_by"] = widen
@@ -406,8 +444,9 @@ def _phase_results(timeline, cols, power, boot, sys_sd_w, cover, cfg, device, wi
     step_e = float(power[mask] @ t_vec[mask])
     q = np.quantile(boot[:, mask] @ t_vec[mask], [alpha / 2, 1 - alpha / 2])
     step_sys = z * float(np.sqrt(np.sum((sys_sd_w[mask] * t_vec[mask]) ** 2)))
-    step_lo = step_e - float(np.hypot(max(step_e - q[0], 0.0), step_sys))
-    step_hi = step_e + float(np.hypot(max(q[1] - step_e, 0.0), step_sys))
+    floor = cfg.min_rel_halfwidth * step_e
+    step_lo = step_e - max(float(np.hypot(max(step_e - q[0], 0.0), step_sys)), floor)
+    step_hi = step_e + max(float(np.hypot(max(q[1] - step_e, 0.0), step_sys)), floor)
 
     results: list[PhaseResult] = []
     for name in timeline.order:
@@ -423,8 +462,9 @@ def _phase_results(timeline, cols, power, boot, sys_sd_w, cover, cfg, device, wi
             float(v) * time_s for v in np.quantile(boot[:, i], [alpha / 2, 1 - alpha / 2])
         )
         s_j = z * float(sys_sd_w[i]) * time_s
-        lo = e - widen * float(np.hypot(max(e - q_lo, 0.0), s_j))
-        hi = e + widen * float(np.hypot(max(q_hi - e, 0.0), s_j))
+        floor = cfg.min_rel_halfwidth * e
+        lo = e - max(widen * float(np.hypot(max(e - q_lo, 0.0), s_j)), floor)
+        hi = e + max(widen * float(np.hypot(max(q_hi - e, 0.0), s_j)), floor)
         why = None
         if n_cover < cfg.min_rows:
             why = f"only {n_cover} sensor intervals overlap it (need {cfg.min_rows})"

@@ -14,6 +14,24 @@ from jouleprof.cli.console import err_console, fail, note, out_console
 _METHODS = ("proportional", "regression", "isolation")
 
 
+def _plain(v: Any) -> Any:
+    """numpy scalars and the like as plain Python values for json."""
+    return v.item() if hasattr(v, "item") else str(v)
+
+
+def _finite(v: Any) -> Any:
+    """NaN and ±inf as null: strict JSON has no such numbers."""
+    if isinstance(v, dict):
+        return {k: _finite(x) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        return [_finite(x) for x in v]
+    if hasattr(v, "item"):
+        v = v.item()
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v
+
+
 def _fmt(v: float | None, spec: str, dash: str = "—") -> str:
     return dash if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
 
@@ -94,7 +112,7 @@ def attribute_cmd(
     if json_out:
         doc = result.to_json()
         doc["phases_csv"] = str(path)
-        print(json.dumps(doc, indent=2, default=float))
+        print(json.dumps(_finite(doc), indent=2, default=_plain))
         return
     for dev in result.devices:
         e = dev.step_energy_j
