@@ -167,3 +167,23 @@ def test_steps_in_lockstep_with_the_sensor_are_flagged_and_never_guessed():
             assert abs(p.energy_j - truth) < p.energy_hi_j - p.energy_lo_j, p
         else:
             assert p.energy_j is None and p.energy_lo_j is None and p.note
+
+
+def test_unrecorded_work_between_steps_is_left_out_not_called_idle():
+    # Steps 150-249 ran without the recorder (an overhead block): the GPU was busy, not idle.
+    run = simulate_training(PHASES, 400, span_noise_s=50e-6, seed=5)
+    spans = run.spans_frame()
+    spans = spans[(spans["step"] < 150) | (spans["step"] >= 250)]
+    samples = run.samples_frame()
+    tl = build_timeline(spans, samples["t_s"].min(), samples["t_s"].max())
+    assert len(tl.runs_s) == 2 and IDLE not in tl.time_s
+    truth = exact_truth(run, set(tl.analysed_steps))
+    reg = attribute_regression(samples, tl, "gpu0")
+    prop = attribute_proportional(samples, tl, "gpu0")
+    for name in LONG:
+        assert abs(rel_err(reg.phase(name).energy_j, truth[name])) < 0.02
+    for name in SHORT:
+        p = reg.phase(name)
+        assert p.resolved and abs(p.energy_j - truth[name]) < p.energy_hi_j - p.energy_lo_j
+    # The baseline measures only the recorded steps' windows.
+    assert prop.step_energy_j == pytest.approx(sum(truth.values()), rel=0.005)

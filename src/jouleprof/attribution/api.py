@@ -14,7 +14,7 @@ from typing import Any
 
 from jouleprof.attribution.common import GAP_TOLERANCE_S, build_timeline, check_spans
 from jouleprof.attribution.isolation import attribute_isolation, load_replays
-from jouleprof.attribution.proportional import attribute_proportional, measured_region_energy
+from jouleprof.attribution.proportional import attribute_proportional, measured_steps_energy
 from jouleprof.attribution.regression import RegressionConfig, attribute_regression
 from jouleprof.attribution.result import AttributionResult, DeviceAttribution
 from jouleprof.errors import AttributionError, RunDirError
@@ -120,12 +120,11 @@ def attribute(
             out.append(attribute_regression(samples, tl, dev, cfg))
         else:
             replays = load_replays(rd.path, samples, dev)
-            region = measured_region_energy(samples, tl, dev)
-            r0, r1 = tl.region_s
+            measured = measured_steps_energy(samples, tl, dev)
             # Shares are of the steps' energy: idle gaps between steps are taken out by time.
-            step_e = region.energy_j * tl.step_time_s / (r1 - r0) if region.energy_j else None
+            step_e = measured.energy_j * tl.step_time_s / measured.time_s
             res = attribute_isolation(replays, tl, dev, step_e)
-            res.diagnostics["step_energy_signal"] = region.signal
+            res.diagnostics["step_energy_signal"] = measured.signal
             out.append(res)
         log.info("attributed %s by %s over %d steps", dev, method, tl.n_steps)
     return AttributionResult(method, out)

@@ -13,7 +13,9 @@ counted twice and never lost:
   same depth, and gaps shorter than `gap_tolerance_s` between two phases (or two steps), are
   closed at their midpoint: the best estimate of where one ended and the next began.
 - Warm-up steps are labelled ``"<warmup>"`` as a whole; methods ignore every sensor interval
-  that touches them.
+  that touches them. So is time outside the steps that lasts longer than `max_idle_gap_s`
+  (``"<outside>"``): a stretch of seconds between recorded steps is not idle but unrecorded
+  work (the uninstrumented blocks of an overhead measurement, isolation replays, evaluation).
 
 Warm-up rule (`auto_warmup_steps`): exclude at least the first step (allocator, cuDNN autotune,
 compilation); then keep excluding until `stable_run` consecutive steps each last within
@@ -37,6 +39,9 @@ log = logging.getLogger(__name__)
 UNTRACKED = "untracked"
 IDLE = "idle"
 WARMUP = "<warmup>"
+OUTSIDE = "<outside>"
+EXCLUDED: tuple[str, ...] = (WARMUP, OUTSIDE)
+"""Labels of time no method attributes: sensor intervals touching it are left out."""
 _BLUR_REACH = 8.0  # edges further than this many σ from t do not move E[F(t + δ)] (< 1e-15)
 GAP_TOLERANCE_S = 0.5e-3
 """Default: gaps and overlaps shorter than this between consecutive spans are recording noise."""
@@ -193,6 +198,8 @@ class Timeline:
     warmup_steps: list[int]
     region_s: tuple[float, float]
     step_extents_s: dict[int, tuple[float, float]]
+    runs_s: list[tuple[float, float]] = field(default_factory=list)
+    """Stretches of consecutive analysed steps (split where excluded time lies between)."""
     time_s: dict[str, float] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
     inclusive_time_s: dict[str, float] = field(default_factory=dict)
@@ -268,6 +275,7 @@ def build_timeline(
     end_s: float,
     warmup_steps: int | None = None,
     gap_tolerance_s: float = GAP_TOLERANCE_S,
+    max_idle_gap_s: float | None = None,
 ) -> Timeline:
     """The exclusive partition of [start_s, end_s] (module docstring) from a spans DataFrame.
 
@@ -276,6 +284,8 @@ def build_timeline(
         start_s, end_s: the range to cover (the samples' time range).
         warmup_steps: leading steps to exclude; None applies `auto_warmup_steps`.
         gap_tolerance_s: gaps and overlaps up to this long are treated as recording noise.
+        max_idle_gap_s: time outside the steps longer than this is excluded, not idle; None:
+            three median steps, at least 1 s.
 
     Raises:
         AttributionError: steps overlap by more than the tolerance, or no step is left to analyse.
@@ -315,7 +325,14 @@ def build_timeline(
         if bounds[b][0] - bounds[a][1] <= gap_tolerance_s:
             m = 0.5 * (bounds[a][1] + bounds[b][0])
             bounds[a][1], bounds[b][0] = m, m
-    segs: list[_Seg] = [_Seg(min(start_s, bounds[steps[0]][0]), bounds[steps[0]][0], IDLE)]
+    if max_idle_gap_s is None:
+        median_step = float(np.median([extents[s][1] - extents[s][0] for s in steps]))
+        max_idle_gap_s = max(1.0, 3.0 * median_step)
+
+    def between(t0: float, t1: float) -> _Seg:
+        return _Seg(t0, t1, IDLE if t1 - t0 <= max_idle_gap_s else OUTSIDE)
+
+    segs: list[_Seg] = [between(min(start_s, bounds[steps[0]][0]), bounds[steps[0]][0])]
     warm = set(steps[:n_warm])
     order: list[str] = []
     for i, s in enumerate(steps):
@@ -329,9 +346,9 @@ def build_timeline(
                     order.append(g.label)  # type: ignore[arg-type]
             segs += step_segs
         nxt = bounds[steps[i + 1]][0] if i + 1 < n else max(end_s, t1)
-        segs.append(_Seg(t1, nxt, IDLE))
+        segs.append(between(t1, nxt))
     segs = _merge(segs)
-    names = [WARMUP, IDLE, *order]
+    names = [WARMUP, OUTSIDE, IDLE, *order]
     index = {nm: j for j, nm in enumerate(names)}
     edges = np.array([segs[0].t0_s] + [g.t1_s for g in segs])
     labels = np.array([index[g.label] for g in segs], dtype=int)  # type: ignore[index]
@@ -341,7 +358,19 @@ def build_timeline(
         edges, labels, names, analysed, steps[:n_warm], region, {s: tuple(bounds[s]) for s in steps}
     )
     occupied = tl.overlap_s(np.array([region[0]]), np.array([region[1]]))[0]
-    tl.time_s = {nm: float(occupied[index[nm]]) for nm in names if nm != WARMUP}
+    tl.time_s = {nm: float(occupied[index[nm]]) for nm in names if nm not in EXCLUDED}
+    # Runs of analysed steps: the region split wherever excluded time lies.
+    runs: list[tuple[float, float]] = []
+    for g in segs:
+        if g.t1_s <= region[0] or g.t0_s >= region[1]:
+            continue
+        if g.label in EXCLUDED:
+            runs.append((np.nan, np.nan))
+        elif runs and not np.isnan(runs[-1][1]):
+            runs[-1] = (runs[-1][0], min(g.t1_s, region[1]))
+        else:
+            runs.append((max(g.t0_s, region[0]), min(g.t1_s, region[1])))
+    tl.runs_s = [r for r in runs if not np.isnan(r[0])]
     tl.time_s = {k: v for k, v in tl.time_s.items() if v > 0 or k != IDLE}
     has_idle = tl.time_s.get(IDLE, 0.0) > 0
     tl.order = order + ([IDLE] if has_idle else [])

@@ -1,50 +1,80 @@
 """Phase energy split by time share: the usual estimate, kept as the baseline to beat.
 
-The energy of the analysed steps is measured over one window (the cumulative counter where there
-is one, else the integrated power readings; `timeline.windows`), and each phase gets the share of
-it that its time has. This assumes every phase draws the same power, which is false on a GPU:
-on the H200 it was off by up to 87% per phase (shared/FACTS.md). Its interval is only the
-window's bound, scaled by the phase's share: it does not, and cannot, include the error of the
-equal-power assumption.
+The energy of the analysed steps is measured over the windows they span (the cumulative counter
+where there is one, else the integrated power readings; `timeline.windows`), and each phase
+gets the share of it that its time has. This assumes every phase draws the same power, which is
+false on a GPU: on the H200 it was off by up to 87% per phase (shared/FACTS.md). Its interval
+is only the windows' bound, scaled by the phase's share: it does not, and cannot, include the
+error of the equal-power assumption.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from jouleprof.attribution.common import IDLE, Timeline
+from jouleprof.attribution.grid import fit_jitter_grid
 from jouleprof.attribution.result import DeviceAttribution, PhaseResult
 from jouleprof.errors import AttributionError
 from jouleprof.sensors.refresh import detect_device_refresh
 from jouleprof.timeline.summary import best_energy
-from jouleprof.timeline.windows import WindowEnergy, window_energies
+from jouleprof.timeline.windows import window_energies
 
 METHOD = "proportional"
 
 
-def measured_region_energy(samples, timeline: Timeline, device: str) -> WindowEnergy:
-    """Measured energy of the analysed steps' region (idle gaps between steps included).
+@dataclass(frozen=True)
+class MeasuredEnergy:
+    """Energy of the analysed steps' runs, summed (idle gaps between steps included)."""
+
+    energy_j: float
+    lo_j: float | None
+    hi_j: float | None
+    time_s: float
+    signal: str
+    short: bool
+
+
+def measured_steps_energy(samples, timeline: Timeline, device: str) -> MeasuredEnergy:
+    """Measured energy of every run of consecutive analysed steps, summed.
+
+    Bounds add up end to end (conservative). Time excluded between runs (unrecorded work,
+    `common.OUTSIDE`) is not counted.
 
     Raises:
-        AttributionError: no signal can give the window's energy.
+        AttributionError: no signal can give a run's energy.
     """
-    r0, r1 = timeline.region_s
     refresh = detect_device_refresh(samples, device)
-    wins = window_energies(samples, device, r0, r1, refresh)
-    best = best_energy(wins)
-    if best is None:
-        reasons = "; ".join(f"{k}: {w.reason}" for k, w in wins.items())
-        raise AttributionError(
-            f"the energy of {device} over the analysed steps cannot be measured ({reasons})"
-        )
-    return best
+    if refresh is not None:
+        # Refit with the jitter's likelihood: a grid's own jitter figure can be far off (and
+        # the counter's bounds are built from it).
+        dev = samples[samples["device"] == device]
+        t, v = dev["t_s"].to_numpy(float), dev[refresh.signal].to_numpy(float)
+        refresh = fit_jitter_grid(t, v, refresh).grid
+    total, lo, hi, time_s = 0.0, 0.0, 0.0, 0.0
+    signals, short = set(), False
+    for r0, r1 in timeline.runs_s:
+        wins = window_energies(samples, device, r0, r1, refresh)
+        best = best_energy(wins)
+        if best is None or best.energy_j is None:
+            reasons = "; ".join(f"{k}: {w.reason}" for k, w in wins.items())
+            raise AttributionError(
+                f"the energy of {device} over the analysed steps cannot be measured ({reasons})"
+            )
+        total += best.energy_j
+        lo = None if lo is None or best.lo_j is None else lo + best.lo_j
+        hi = None if hi is None or best.hi_j is None else hi + best.hi_j
+        time_s += r1 - r0
+        signals.add(best.signal)
+        short = short or best.short
+    return MeasuredEnergy(total, lo, hi, time_s, "+".join(sorted(signals)), short)
 
 
 def attribute_proportional(samples, timeline: Timeline, device: str) -> DeviceAttribution:
     """Split the measured energy of the analysed steps by each phase's share of time."""
-    win = measured_region_energy(samples, timeline, device)
-    r0, r1 = timeline.region_s
-    total_s = r1 - r0
+    win = measured_steps_energy(samples, timeline, device)
+    total_s = win.time_s
     e, lo, hi = win.energy_j, win.lo_j, win.hi_j
-    assert e is not None  # best_energy returns only available windows
     n_steps = timeline.n_steps
     step_s = timeline.step_time_s
     results = []
@@ -71,7 +101,7 @@ def attribute_proportional(samples, timeline: Timeline, device: str) -> DeviceAt
     f_step = step_s / total_s
     notes = []
     if win.short:
-        notes.append("the analysed steps span fewer than 5 sensor refresh periods: coarse")
+        notes.append("a run of analysed steps spans fewer than 5 sensor refreshes: coarse")
     return DeviceAttribution(
         device=device,
         method=METHOD,
@@ -82,6 +112,6 @@ def attribute_proportional(samples, timeline: Timeline, device: str) -> DeviceAt
         step_energy_j=e * f_step,
         step_energy_lo_j=None if lo is None else lo * f_step,
         step_energy_hi_j=None if hi is None else hi * f_step,
-        diagnostics={"signal": win.signal, "window_s": [r0, r1], "window_energy_j": e},
+        diagnostics={"signal": win.signal, "windows_s": timeline.runs_s, "window_energy_j": e},
         notes=notes,
     )

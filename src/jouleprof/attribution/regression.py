@@ -56,7 +56,7 @@ from scipy.linalg import cholesky, solve_triangular
 from scipy.optimize import nnls
 from scipy.stats import norm
 
-from jouleprof.attribution.common import IDLE, WARMUP, Timeline
+from jouleprof.attribution.common import EXCLUDED, IDLE, Timeline
 from jouleprof.attribution.grid import JitterGrid, fit_jitter_grid
 from jouleprof.attribution.placement import PARAMS, Placement, fit_powers, refine, row_weights
 from jouleprof.attribution.result import DeviceAttribution, PhaseResult, pct_text, unresolved
@@ -241,7 +241,7 @@ def _fit_pass(dev, timeline: Timeline, jc: JitterGrid, jp: JitterGrid, cfg: Regr
     frac = timeline.overlap_s(rows.t0_s, rows.t1_s, float(sigma.max())) / rows.duration_s[:, None]
     r0, r1 = timeline.region_s
     keep = (
-        (frac[:, timeline.names.index(WARMUP)] <= 1e-6)
+        (frac[:, [timeline.names.index(nm) for nm in EXCLUDED]].max(axis=1) <= 1e-6)
         & (rows.t0_s >= timeline.edges_s[0])
         & (rows.t1_s <= timeline.edges_s[-1])
         & (rows.t1_s > r0 - cfg.margin_s)
@@ -249,7 +249,7 @@ def _fit_pass(dev, timeline: Timeline, jc: JitterGrid, jp: JitterGrid, cfg: Regr
     )
     rows = rows.select(keep)
     cover = (timeline.overlap_s(rows.t0_s, rows.t1_s) > 1e-9).sum(axis=0)
-    cols = [j for j, nm in enumerate(timeline.names) if nm != WARMUP and cover[j] > 0]
+    cols = [j for j, nm in enumerate(timeline.names) if nm not in EXCLUDED and cover[j] > 0]
     if len(rows) < 2 * len(cols) or not cols:
         raise AttributionError(
             f"only {len(rows)} sensor intervals fall in the analysed steps: the run is too "
