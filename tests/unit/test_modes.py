@@ -11,8 +11,6 @@ from jouleprof.bench import modes
 from jouleprof.bench.modes import Mode, ModeUnavailable, make_marker, unavailable_reason
 from jouleprof.clock import ManualClock
 from jouleprof.errors import JouleprofError
-from jouleprof.sensors.sampler import ListSink, Sampler
-from jouleprof.sensors.simulated import PowerSchedule, SimulatedGPU
 from jouleprof.timeline.markers import NullRecorder
 from jouleprof.timeline.recorder import PhaseRecorder
 
@@ -23,7 +21,10 @@ def test_parse_and_properties():
     assert Mode.parse(Mode.ZEUS) is Mode.ZEUS
     with pytest.raises(ValueError, match="baseline, e2e, fine, codecarbon, zeus"):
         Mode.parse("turbo")
-    assert [m.sampler for m in Mode] == ["none", "edges", "continuous", "none", "none"]
+    assert [m.sampler for m in Mode] == ["none", "coarse", "continuous", "none", "none"]
+    assert Mode.FINE.measure_config().counter_interval_s == 0.1
+    assert Mode.E2E.measure_config().counter_interval_s == 1.0
+    assert Mode.BASELINE.measure_config().gpus == ()
     assert [m.records_phases for m in Mode] == [False, False, True, False, False]
     assert Mode.CODECARBON.package == "codecarbon" and Mode.FINE.package is None
     assert str(Mode.FINE) == "fine"
@@ -66,19 +67,12 @@ def test_crosscheck_refuses_non_crosscheck_modes(tmp_path):
         pass
 
 
-def test_sample_edges_reads_counters_at_both_edges_only():
-    clock = ManualClock()
-    schedule = PowerSchedule(idle_w=100.0)
-    schedule.append(10.0, 300.0)
-    sink = ListSink()
-    sampler = Sampler([SimulatedGPU(schedule, clock)], sink, clock=clock)
-    with modes.sample_edges(sampler):
-        clock.advance_s(2.0)
-    assert len(sink.samples) == 2
-    assert all(s.energy_j is not None for s in sink.samples)
-    assert sink.samples[1].t_s - sink.samples[0].t_s == pytest.approx(2.0, abs=1e-3)
-
-
 def test_import_of_modes_stays_light():
     # The modes module must not pull in the cross-check tools or torch.
     assert "codecarbon" not in sys.modules and "zeus" not in sys.modules
+
+
+def test_cell_runner_knows_every_mode():
+    from jouleprof.bench.train import MODES
+
+    assert tuple(m.value for m in Mode) == MODES

@@ -1,8 +1,10 @@
 """Measurement modes: the same run, measured in one of five ways.
 
 * ``baseline``: no instrumentation at all (no sampler, `NullRecorder`), for overhead;
-* ``e2e``: the sampler reads every counter at the run's edges only (`sample_edges`);
-* ``fine``: the sampler in the background and a `PhaseRecorder` marking phases;
+* ``e2e``: end-to-end energy: the counter about once a second and telemetry every 0.5 s,
+  the lightest measurement that still has the counter on both sides of the run's edges;
+* ``fine``: the sampler at 20 ms with the counter read every refresh, and a `PhaseRecorder`
+  marking phases;
 * ``codecarbon``, ``zeus``: an independent tool's end-to-end GPU energy, as a cross-check;
   available only where that package imports. A sweep records such a cell as unavailable
   (`unavailable_cell`) rather than failing.
@@ -64,8 +66,24 @@ class Mode(StrEnum):
 
     @property
     def sampler(self) -> str:
-        """ "none", "edges" (counters at start and end) or "continuous" (background thread)."""
-        return {Mode.BASELINE: "none", Mode.E2E: "edges", Mode.FINE: "continuous"}.get(self, "none")
+        """ "none", "coarse" (counter ~1/s, telemetry 0.5 s) or "continuous" (20 ms, counter
+        every refresh)."""
+        return {Mode.E2E: "coarse", Mode.FINE: "continuous"}.get(self, "none")
+
+    def measure_config(self, gpus: Sequence[int] | None = None, interval_s: float = 0.02) -> Any:
+        """How `jouleprof.measure` samples in this mode (jouleprof's own sensors are off in
+        baseline and in the cross-check modes, which measure with their own tools)."""
+        from jouleprof.measure import MeasureConfig
+
+        if self is Mode.FINE:
+            return MeasureConfig(
+                gpus=gpus, interval_s=interval_s, counter_interval_s=0.1, idle_s=1.0, kind="cell"
+            )
+        if self is Mode.E2E:
+            return MeasureConfig(
+                gpus=gpus, interval_s=0.5, counter_interval_s=1.0, idle_s=1.0, kind="cell"
+            )
+        return MeasureConfig(gpus=(), rapl=False, idle_s=0.0, kind="cell")
 
     @property
     def records_phases(self) -> bool:
@@ -121,20 +139,6 @@ def make_marker(mode: Mode | str, clock: Any = None, sink: Any = None, **recorde
     from jouleprof.timeline.recorder import PhaseRecorder
 
     return PhaseRecorder(clock, sink, **recorder_kw)
-
-
-@contextmanager
-def sample_edges(sampler: Any) -> Iterator[None]:
-    """e2e mode: one reading of every sensor, counters included, at entry and at exit.
-
-    The sampler's thread is not started; the readings go to its sink as usual.
-    """
-    sampler.poll_once(force_counter=True)
-    try:
-        yield
-    finally:
-        sampler.poll_once(force_counter=True)
-        sampler.flush()
 
 
 @dataclass

@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 STEPS_CSV = "steps.csv"
 OVERHEAD_SPANS_CSV = "overhead_spans.csv"
 STEP_COLUMNS = ("step", "segment", "host_t1_s", "host_step_s", "samples", "recorded")
-MODES = ("baseline", "e2e", "fine", "codecarbon", "zeus")
+MODES = ("baseline", "e2e", "fine", "codecarbon", "zeus")  # the values of bench.modes.Mode
 
 
 @dataclass(frozen=True)
@@ -122,22 +122,6 @@ class _StepLog:
         self.n += 1
 
 
-def _measure_config(cfg: CellConfig):
-    from jouleprof.measure import MeasureConfig
-
-    kind = "cell"
-    if cfg.mode == "fine":
-        return MeasureConfig(
-            gpus=cfg.gpus, interval_s=cfg.interval_s, counter_interval_s=0.1, idle_s=1.0, kind=kind
-        )
-    if cfg.mode == "e2e":
-        return MeasureConfig(
-            gpus=cfg.gpus, interval_s=0.5, counter_interval_s=1.0, idle_s=1.0, kind=kind
-        )
-    # baseline and the cross-check modes: jouleprof's own sensors stay off.
-    return MeasureConfig(gpus=(), rapl=False, idle_s=0.0, kind=kind)
-
-
 def run_cell(cfg: CellConfig, out: str | Path) -> Path:
     """Run one cell into the run directory `out` (created); returns its path.
 
@@ -146,7 +130,7 @@ def run_cell(cfg: CellConfig, out: str | Path) -> Path:
     """
     from jouleprof.bench import workloads
     from jouleprof.bench.cellsummary import finish_cell
-    from jouleprof.bench.modes import require
+    from jouleprof.bench.modes import Mode, require
     from jouleprof.measure import measure
     from jouleprof.store.rundir import CsvAppender
 
@@ -155,7 +139,8 @@ def run_cell(cfg: CellConfig, out: str | Path) -> Path:
     wconfig = wl.config(cfg.preset, cfg.batch_size, cfg.num_workers, cfg.overrides)
     run_config = {"cell": cfg.to_json(), "workload": wl.describe(wconfig)}
     out = Path(out)
-    with measure(out, _measure_config(cfg), run_config=run_config) as m:
+    mode = Mode.parse(cfg.mode)
+    with measure(out, mode.measure_config(cfg.gpus, cfg.interval_s), run_config=run_config) as m:
         rec = m.record
         rec.extra["mode"] = cfg.mode
         rec.notes.append(cfg.warmup.describe())
