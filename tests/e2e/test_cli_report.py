@@ -1,0 +1,128 @@
+"""`jouleprof report DIR` end to end, through a subprocess: a study, a run, and bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from jouleprof.store.rundir import RunDir
+from jouleprof.types import Figure, RunRecord, RunStatus
+
+JP = [sys.executable, "-m", "jouleprof.cli.main"]
+NO_GPU = "opening NVML failed: NVIDIA driver not loaded"
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*JP, *args], capture_output=True, text=True, timeout=120)
+
+
+def write_study(root: Path) -> Path:
+    """Two batch sizes × e2e × 2 reps with known means, plus a cell out of memory."""
+    root.mkdir()
+    (root / "study.json").write_text(
+        json.dumps(
+            {
+                "workload": "vjepa2",
+                "preset": "tiny",
+                "batch_sizes": [1, 2, 4],
+                "modes": ["e2e"],
+                "reps": 2,
+                "duration_s": 5,
+            }
+        )
+    )
+    rows = []
+    values = {1: (10.0, 0.02), 2: (15.0, 0.015)}
+    for bs in (1, 2, 4):
+        for rep in range(2):
+            cid = f"bs{bs}-e2e-r{rep}"
+            row = {
+                "cell_id": cid,
+                "batch_size": bs,
+                "mode": "e2e",
+                "rep": rep,
+                "status": "complete",
+                "error": "",
+                "run_dir": f"cells/{cid}",
+            }
+            if bs == 4:
+                row.update(status="oom", error="out of memory at batch size 4")
+            else:
+                d = 0.05 if rep == 0 else -0.05
+                thr, kwh = values[bs]
+                row.update(
+                    throughput_samples_per_s=thr * (1 + d),
+                    energy_per_1000_samples_kwh=kwh * (1 + d),
+                )
+                RunDir.create(
+                    root / "cells" / cid,
+                    RunRecord(
+                        run_id=cid,
+                        kind="cell",
+                        status=RunStatus.COMPLETE,
+                        summary={
+                            "throughput_samples_per_s": Figure.measured(
+                                row["throughput_samples_per_s"], "samples/s", signal="timer"
+                            )
+                        },
+                        notes=["warm-up excluded: at least 2 steps"],
+                        extra={"mode": "e2e"},
+                    ),
+                )
+            rows.append(row)
+    pd.DataFrame(rows).to_csv(root / "runs.csv", index=False)
+    return root
+
+
+def test_study_report_json(tmp_path):
+    d = write_study(tmp_path / "study")
+    r = run("report", str(d), "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["kind"] == "study" and Path(doc["html"]) == d / "report.html"
+    assert (d / "report.html").is_file()
+    assert doc["sentences"][0] == (
+        "Batch size 1 → 2: throughput from 10 to 15 samples/s (+50.0%), GPU energy per 1,000 "
+        "samples from 0.02 to 0.015 kWh (\u221225.0%)"
+    )
+    assert "oom" in doc["sentences"][1] and "unavailable" in doc["sentences"][1]
+    drawn = [f for f in doc["figures"] if f["path"]]
+    assert any(f["name"] == "batch_size_effect" for f in drawn)
+    for f in doc["figures"]:
+        assert f["path"] or f["reason"], f  # every missing figure says why
+    names = {t["name"] for t in doc["tables"]}
+    assert {"batch_size_effect", "batch_size_effect_all_pairs", "failed_cells"} <= names
+
+
+def test_run_report_and_rerun(tmp_path):
+    rec = RunRecord(
+        run_id="r1",
+        kind="cell",
+        status=RunStatus.COMPLETE,
+        summary={"energy_per_sample_j": Figure.unavailable("J", NO_GPU)},
+        notes=["warm-up excluded: at least 2 steps"],
+        extra={"mode": "fine"},
+    )
+    rd = RunDir.create(tmp_path / "run", rec)
+    for _ in range(2):  # regenerating replaces the report
+        r = run("report", str(rd.path))
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.strip() == str(rd.path / "report.html")
+    text = (rd.path / "report.html").read_text()
+    assert f"unavailable ({NO_GPU})" in text
+    assert "unavailable" in r.stderr  # the timeline has no readings, and says so
+
+
+def test_bad_directories_fail_clearly(tmp_path):
+    r = run("report", str(tmp_path / "missing"))
+    assert r.returncode != 0 and "does not exist" in r.stderr
+    (tmp_path / "plain").mkdir()
+    r = run("report", str(tmp_path / "plain"))
+    assert r.returncode != 0 and "neither a run directory" in r.stderr
+    (tmp_path / "f.txt").write_text("x")
+    r = run("report", str(tmp_path / "f.txt"))
+    assert r.returncode != 0 and "not a directory" in r.stderr
