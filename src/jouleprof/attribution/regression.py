@@ -10,31 +10,38 @@ every step. A phase's energy is its fitted power times its exclusive time in the
 
 How the fit stays unbiased and its interval honest:
 
-1. The refresh grid is refitted with the spread σ of the true refresh instants (`grid`). The
-   attribution never sees the true instants; a reading placed on the grid was really taken
-   σ earlier or later, which blurs short phases next to a large power step (a second-order
-   bias that does not average out). Each row's overlaps are therefore the *expected* overlaps
-   under that jitter (`Timeline.overlap_s(..., jitter_s=σ)`).
+1. Counter rows sit on the counter's refresh grid and power rows on the power fields' (on an
+   H200 they tick independently); each grid is refitted with the spread σ of its true refresh
+   instants (`grid`). The attribution never sees the true instants; a reading placed on the
+   grid was really taken σ earlier or later, which blurs short phases next to a large power
+   step (a second-order bias that does not average out). Each row's overlaps are therefore
+   the *expected* overlaps under that jitter (`Timeline.overlap_s(..., jitter_s=σ)`). A
+   counter read too rarely to place its refreshes is left out, with a note.
 2. Rows are weighed by their modelled variance (feasible generalized least squares): the
    jitter of a row's edges matters only where they sit on a power step (`jitter_variance_w2`),
    and a per-signal noise floor is estimated from the residuals. The configured weights
    (instant rows below counter rows: their window is an assumption) multiply these.
-3. Where the rows sit in time is refined from the power data themselves (Gauss-Newton, with
-   the bracket fit's uncertainty as the prior): a shift ``s0 + s1·u`` of every row (the grid's
-   position and drift) and the length of the instant field's window (25 ms is only what was
-   published for A100/H100; a wrong window biases short phases by tens of percent, and the
-   counter rows, which need no window, pin it). Sharp power steps in the readings time the
-   sensor better than the update brackets do.
-4. The confidence interval is a moving-block bootstrap over the rows in time order (blocks of
-   `block_s` keep the correlation of neighbouring rows, which share refresh edges), widened
-   by what the bootstrap cannot see: the remaining uncertainty of σ, the shift and the window.
+3. Where the rows sit in time is refined from the power data themselves (`placement`:
+   Gauss-Newton, with the grid fits' uncertainty as the prior): a shift ``s0 + s1·u`` of each
+   grid (position and drift), the power fields' gain relative to the counter, and the length
+   of the instant field's window (25 ms is only what was published for A100/H100; a wrong
+   window biases short phases by tens of percent, and the counter rows, which need no window,
+   pin it). Sharp power steps in the readings time the sensor better than the update brackets
+   do. A grid found further off than the margins its readings were labelled with is moved and
+   the readings labelled again.
+4. The confidence interval is a moving-block bootstrap over the rows in time order (`bootstrap`:
+   blocks of `block_s` keep the correlation of neighbouring rows, which share refresh edges),
+   widened by what the bootstrap cannot see: the remaining uncertainty of σ and of the
+   placement. It is never narrower than ±`min_rel_halfwidth` (0.1 %), and is widened further
+   when the steps run in lockstep with the sensor.
 
 Assumptions, stated so a user can judge a result:
 
 - each phase draws a power that is stationary across the analysed steps (warm-up steps are
   excluded; a phase whose power drifts gets its mean power, and a wider interval);
 - idle time and untracked time each have one constant power;
-- every signal refreshes on one regular grid whose instants jitter without bias (Gaussian);
+- each signal refreshes on a regular grid whose instants jitter without bias (Gaussian);
+- the power readings are the true power times a constant gain (fitted against the counter);
 - the instant field averages a fixed window before its refresh (fitted, `instant_window_s`
   its prior);
 - span times are on the samples' clock (small noise on their edges is tolerated);
@@ -52,23 +59,21 @@ import logging
 from dataclasses import dataclass, replace
 
 import numpy as np
-from scipy.linalg import cholesky, solve_triangular
-from scipy.optimize import nnls
 from scipy.stats import norm
 
+from jouleprof.attribution.bootstrap import block_bootstrap
 from jouleprof.attribution.common import EXCLUDED, IDLE, Timeline
-from jouleprof.attribution.grid import JitterGrid, fit_jitter_grid
+from jouleprof.attribution.grid import JitterGrid, device_grids
 from jouleprof.attribution.placement import PARAMS, Placement, fit_powers, refine, row_weights
 from jouleprof.attribution.result import DeviceAttribution, PhaseResult, pct_text, unresolved
 from jouleprof.attribution.rows import AVERAGE, COUNTER, INSTANT, KIND_NAMES, sensor_rows
 from jouleprof.errors import AttributionError
-from jouleprof.sensors.refresh import RefreshEstimate, detect_device_refresh
+from jouleprof.sensors.refresh import RefreshEstimate
 
 log = logging.getLogger(__name__)
 
 METHOD = "regression"
 _GAIN_PRIOR_SD = 0.05  # the power fields' scale relative to the counter: ±5 % a priori
-_MIN_BLOCKS = 10  # resample at least this many blocks, or the bootstrap has nothing to vary
 
 
 @dataclass(frozen=True)
@@ -135,82 +140,6 @@ class RegressionConfig:
             raise ValueError(f"min_rows must be ≥ 1, got {self.min_rows}")
         if not (self.use_counter or self.use_instant or self.use_average):
             raise ValueError("use_counter, use_instant and use_average cannot all be False")
-
-
-def _nnls_gram(gram: np.ndarray, rhs: np.ndarray) -> np.ndarray:
-    """NNLS of min ‖Ax − b‖ given AᵀA and Aᵀb (equivalent through the Cholesky factor)."""
-    p = len(rhs)
-    ridge = 1e-12 * max(float(np.trace(gram)) / p, 1e-300)
-    r = cholesky(gram + ridge * np.eye(p), lower=False)
-    z = solve_triangular(r, rhs, trans="T", lower=False)
-    return nnls(r, z, maxiter=50 * p)[0]
-
-
-def _block_rows(mid_s: np.ndarray, cfg: RegressionConfig) -> int:
-    """Rows per block of `block_s` seconds (fewer in a short run: at least _MIN_BLOCKS blocks)."""
-    n = len(mid_s)
-    span_s = float(mid_s[-1] - mid_s[0]) if n > 1 else 0.0
-    block = round(cfg.block_s * n / span_s) if span_s > 0 else n
-    return int(np.clip(block, 1, max(n // _MIN_BLOCKS, 1)))
-
-
-def _block_bootstrap(a: np.ndarray, b: np.ndarray, mid_s: np.ndarray, cfg: RegressionConfig):
-    """Powers refitted on `n_boot` moving-block resamples of the rows: (n_boot, p), block rows."""
-    n, p = a.shape
-    block = _block_rows(mid_s, cfg)
-    n_blocks = int(np.ceil(n / block))
-    gram_cum = np.zeros((n + 1, p, p))
-    gram_cum[1:] = np.cumsum(a[:, :, None] * a[:, None, :], axis=0)
-    rhs_cum = np.zeros((n + 1, p))
-    rhs_cum[1:] = np.cumsum(a * b[:, None], axis=0)
-    rng = np.random.default_rng(cfg.seed)
-    out = np.empty((cfg.n_boot, p))
-    for i in range(cfg.n_boot):
-        s = rng.integers(0, n - block + 1, size=n_blocks)
-        gram = gram_cum[s + block].sum(0) - gram_cum[s].sum(0)
-        rhs = rhs_cum[s + block].sum(0) - rhs_cum[s].sum(0)
-        out[i] = _nnls_gram(gram, rhs)
-    return out, block
-
-
-def _grid(samples, device: str, signal: str) -> tuple[RefreshEstimate | None, bool]:
-    """The refresh grid of `signal`, and whether it is that signal's own.
-
-    A core whose `detect_device_refresh` takes no signal has one grid for every signal (its
-    own by assumption).
-    """
-    try:
-        grid = detect_device_refresh(samples, device, signal=signal)
-    except TypeError:
-        return detect_device_refresh(samples, device), True
-    return grid, grid is not None and grid.signal == signal
-
-
-def _jitter_grids(samples, dev, cfg: RegressionConfig) -> tuple[dict[str, JitterGrid], list[str]]:
-    """The counter's grid and the power fields' grid, each refitted with its jitter; notes."""
-    out: dict[str, JitterGrid] = {}
-    notes: list[str] = []
-    t = dev["t_s"].to_numpy(float)
-    device = str(dev["device"].iloc[0])
-    power_col = "power_instant_w" if dev["power_instant_w"].notna().any() else "power_w"
-    wanted = [("counter", "energy_j", cfg.use_counter)]
-    wanted.append(("power", power_col, cfg.use_instant or cfg.use_average))
-    for name, col, use in wanted:
-        if not use or col not in dev.columns or dev[col].notna().sum() < 10:
-            continue
-        grid, own = _grid(samples, device, col)
-        if grid is None:
-            continue
-        if name == "counter" and not own:
-            # Its refreshes cannot be placed (read too rarely): a counter value could belong
-            # to any instant of the period before its read. Its rows are left out.
-            notes.append(
-                "the energy counter was read too rarely to place its refreshes: regression "
-                "used the power readings only (record in fine mode: a counter read per refresh)"
-            )
-            continue
-        out[name] = fit_jitter_grid(t, dev[grid.signal].to_numpy(float), grid)
-    return out, notes
 
 
 @dataclass
@@ -322,7 +251,9 @@ def attribute_regression(
     """
     cfg = cfg or RegressionConfig()
     dev = samples[samples["device"] == device]
-    grids, grid_notes = _jitter_grids(samples, dev, cfg)
+    grids, grid_notes = device_grids(
+        samples, dev, cfg.use_counter, cfg.use_instant or cfg.use_average
+    )
     if "counter" not in grids and "power" in grids and cfg.use_counter:
         cfg = replace(cfg, use_counter=False)
     if not grids:
@@ -350,7 +281,7 @@ def attribute_regression(
     y = pl.target(theta)
     w0 = cfg.instant_window_s
     a, b = x * w[:, None], y * w
-    boot, block = _block_bootstrap(a, b, rows.mid_s, cfg)
+    boot, block = block_bootstrap(a, b, rows.mid_s, cfg.block_s, cfg.n_boot, cfg.seed)
 
     # What the bootstrap cannot see: the uncertainty of σ and of where the rows sit in time.
     sens = []
