@@ -50,22 +50,12 @@ SEEDS = range(12)
 
 
 def exact_truth(run: SimulatedRun, steps: set[int], gap: bool = False) -> dict[str, float]:
-    """Each phase's energy over `steps`, from the true (noise-free) schedule.
+    """Each phase's energy over `steps`, from the true (noise-free) spans and schedule.
 
     The recorded spans carry edge noise, so the energy inside them is not the truth (it
-    double-counts overlaps: +1 % for a low-power 8 ms phase between two 480 W ones). The
-    schedule's segments are the phases in order after the lead-in (and a gap after each step).
+    double-counts overlaps: +1 % for a low-power 8 ms phase between two 480 W ones).
     """
-    edges, power = run.schedule._edges_s, run.schedule._power_w  # noqa: SLF001
-    out: dict[str, float] = {}
-    i = 1
-    for step in range(run.steps):
-        for ph in PHASES:
-            if step in steps:
-                out[ph.name] = out.get(ph.name, 0.0) + power[i] * (edges[i + 1] - edges[i])
-            i += 1
-        i += gap
-    return out
+    return run.true_energy_in_steps_j(steps)
 
 
 @functools.cache

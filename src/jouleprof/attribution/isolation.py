@@ -150,8 +150,8 @@ def results_from_windows(samples, windows_path: str | os.PathLike[str], device: 
     Raises:
         AttributionError: a window's energy cannot be measured (the reason is given).
     """
-    from jouleprof.bench.isolation import read_isolation_windows  # a pure reader of its format
     from jouleprof.sensors.refresh import detect_device_refresh
+    from jouleprof.store.isolation import read_isolation_windows
     from jouleprof.timeline.summary import best_energy
     from jouleprof.timeline.windows import window_energies
 

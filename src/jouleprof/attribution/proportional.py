@@ -13,7 +13,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from jouleprof.attribution.common import IDLE, Timeline
-from jouleprof.attribution.grid import fit_jitter_grid
 from jouleprof.attribution.result import DeviceAttribution, PhaseResult
 from jouleprof.errors import AttributionError
 from jouleprof.sensors.refresh import detect_device_refresh
@@ -45,12 +44,6 @@ def measured_steps_energy(samples, timeline: Timeline, device: str) -> MeasuredE
         AttributionError: no signal can give a run's energy.
     """
     refresh = detect_device_refresh(samples, device)
-    if refresh is not None:
-        # Refit with the jitter's likelihood: a grid's own jitter figure can be far off (and
-        # the counter's bounds are built from it).
-        dev = samples[samples["device"] == device]
-        t, v = dev["t_s"].to_numpy(float), dev[refresh.signal].to_numpy(float)
-        refresh = fit_jitter_grid(t, v, refresh).grid
     total, lo, hi, time_s = 0.0, 0.0, 0.0, 0.0
     signals, short = set(), False
     for r0, r1 in timeline.runs_s:

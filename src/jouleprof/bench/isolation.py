@@ -19,9 +19,7 @@ the run directory:
 
 from __future__ import annotations
 
-import csv
 import logging
-import math
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -29,10 +27,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-log = logging.getLogger(__name__)
+from jouleprof.store.isolation import (  # noqa: F401  (re-exported)
+    ISOLATION_COLUMNS,
+    ISOLATION_CSV,
+    IsolationWindow,
+    append_window,
+    read_isolation_windows,
+)
 
-ISOLATION_CSV = "isolation_windows.csv"
-ISOLATION_COLUMNS = ("replay", "n_calls", "t0_s", "t1_s", "time_per_call_s")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -59,35 +62,6 @@ class IsolationConfig:
             raise ValueError(f"gap_s must be ≥ 0, got {self.gap_s}")
 
 
-@dataclass(frozen=True)
-class IsolationWindow:
-    """One replay's measured window (one row of isolation_windows.csv)."""
-
-    replay: str
-    n_calls: int
-    t0_s: float
-    t1_s: float
-
-    def __post_init__(self) -> None:
-        if not self.replay:
-            raise ValueError("IsolationWindow.replay must be a non-empty name")
-        if self.n_calls < 1:
-            raise ValueError(f"window {self.replay!r} has n_calls {self.n_calls} < 1")
-        if not (math.isfinite(self.t0_s) and math.isfinite(self.t1_s)) or self.t1_s <= self.t0_s:
-            raise ValueError(f"window {self.replay!r} has bad times [{self.t0_s}, {self.t1_s}]")
-
-    @property
-    def duration_s(self) -> float:
-        return self.t1_s - self.t0_s
-
-    @property
-    def time_per_call_s(self) -> float:
-        return self.duration_s / self.n_calls
-
-    def row(self) -> tuple[Any, ...]:
-        return (self.replay, self.n_calls, self.t0_s, self.t1_s, self.time_per_call_s)
-
-
 def default_synchronize() -> Callable[[], None]:
     """torch.cuda.synchronize where CUDA is in use, else nothing (CPU replays are synchronous)."""
     try:
@@ -97,46 +71,6 @@ def default_synchronize() -> Callable[[], None]:
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         return torch.cuda.synchronize
     return lambda: None
-
-
-def _append_row(path: Path, window: IsolationWindow) -> None:
-    new = not path.exists() or path.stat().st_size == 0
-    with path.open("a", newline="") as f:
-        w = csv.writer(f)
-        if new:
-            w.writerow(ISOLATION_COLUMNS)
-        w.writerow([repr(v) if isinstance(v, float) else v for v in window.row()])
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def read_isolation_windows(path: str | os.PathLike[str]) -> list[IsolationWindow]:
-    """Read isolation_windows.csv (a run directory or the file itself).
-
-    Raises:
-        ValueError: the file is missing, lacks a column, or holds a bad row.
-    """
-    p = Path(path)
-    if p.is_dir():
-        p = p / ISOLATION_CSV
-    if not p.is_file():
-        raise ValueError(f"no isolation windows: {p} does not exist (run the isolation bench)")
-    with p.open(newline="") as f:
-        reader = csv.DictReader(f)
-        missing = [c for c in ISOLATION_COLUMNS[:4] if c not in (reader.fieldnames or [])]
-        if missing:
-            raise ValueError(f"{p} lacks the columns {missing}")
-        out = []
-        for i, r in enumerate(reader, start=2):
-            try:
-                out.append(
-                    IsolationWindow(
-                        r["replay"], int(r["n_calls"]), float(r["t0_s"]), float(r["t1_s"])
-                    )
-                )
-            except (TypeError, ValueError) as e:
-                raise ValueError(f"{p} line {i}: {e}") from None
-    return out
 
 
 def run_isolation(
@@ -191,7 +125,7 @@ def run_isolation(
         w = IsolationWindow(name, n, t0, t1)
         windows.append(w)
         if path is not None:
-            _append_row(path, w)
+            append_window(path, w)
         log.info("isolation: %s: %d calls, %.3f ms/call", name, n, w.time_per_call_s * 1e3)
     return windows
 

@@ -229,18 +229,11 @@ def detect_counter_grid(
         return None  # every gap holds a refresh: no phase information
     period = _counter_period(t0, t1, changed, nominal_period_s, chunk_s)
     offset, n_bad = _best_offset(t0, t1, changed, period, period / 1000)
-    # Jitter: how far the grid instants of the disagreeing gaps lie outside their gaps.
-    k = np.floor((t1 - offset) / period)
-    inst = offset + k * period
-    holds = inst > t0
-    wrong = holds != changed
-    dist = np.minimum(np.abs(inst[wrong] - t0[wrong]), np.abs(inst[wrong] + period - t1[wrong]))
-    jitter = float(np.sqrt(np.mean(dist**2))) if wrong.any() else 0.0
     return RefreshEstimate(
         "energy_j",
         float(period),
         float(offset),
-        jitter,
+        float("nan"),  # the gap scan cannot tell the jitter: `refresh_fit` estimates it
         int(changed.sum()),
         gap,
         f"counter-gaps ({n_bad} of {len(changed)} gaps disagree)",
@@ -266,6 +259,14 @@ def detect_device_refresh(samples, device: str, signal: str = "energy_j") -> Ref
         est = detect_refresh(t, v, sig)
         if est is None and sig == "energy_j":
             est = detect_counter_grid(t, v)
+            if est is not None:
+                # The gap scan places the grid; the jitter (which sets how close to a refresh
+                # a read can be placed) comes from the likelihood of every gap's outcome.
+                from jouleprof.sensors.refresh_fit import fit_jitter_grid
+
+                fit = fit_jitter_grid(t, v, est)
+                if fit.method == "mle":
+                    est = fit.grid
         if est is not None:
             return est
     return None

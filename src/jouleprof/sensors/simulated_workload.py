@@ -39,6 +39,9 @@ class PhaseSpec:
 class SimulatedRun:
     samples: list[Sample]
     spans: list[Span]
+    """The spans as recorded (with `span_noise_s` on their edges)."""
+    true_spans: list[Span]
+    """The spans as they really were."""
     schedule: PowerSchedule
     true_energy_j: dict[str, float]
     """Energy of each phase summed over all steps (and "idle" for time no phase covers)."""
@@ -63,7 +66,7 @@ class SimulatedRun:
 
     def true_energy_in_steps_j(self, steps: set[int]) -> dict[str, float]:
         out: dict[str, float] = defaultdict(float)
-        for sp in self.spans:
+        for sp in self.true_spans:
             if sp.step in steps:
                 out[sp.phase] += self.schedule.energy_j(sp.t0_s, sp.t1_s)
         return dict(out)
@@ -104,6 +107,7 @@ def simulate_training(
     schedule = PowerSchedule(idle_w=idle_w)
     schedule.append(lead_s, idle_w)
     spans: list[Span] = []
+    true_spans: list[Span] = []
     true_e: dict[str, float] = defaultdict(float)
     true_t: dict[str, float] = defaultdict(float)
     for step in range(steps):
@@ -113,7 +117,8 @@ def simulate_training(
             schedule.append(d, ph.power_w)
             t1 = schedule.end_s
             n0, n1 = rng.normal(0.0, span_noise_s, 2) if span_noise_s > 0 else (0.0, 0.0)
-            spans.append(Span(step, ph.name, t0 + n0, max(t1 + n1, t0 + n0)))
+            spans.append(Span(step, ph.name, float(t0 + n0), float(max(t1 + n1, t0 + n0))))
+            true_spans.append(Span(step, ph.name, t0, t1))
             true_e[ph.name] += d * ph.power_w
             true_t[ph.name] += d
         if gap_s > 0:
@@ -137,4 +142,6 @@ def simulate_training(
         t += interval_s * float(rng.uniform(1 - dither, 1 + dither))
         t += float(rng.uniform(0.0, pickup_delay_s))  # the thread wakes a little late
     sampler.flush()
-    return SimulatedRun(sink.samples, spans, schedule, dict(true_e), dict(true_t), steps, gpu)
+    return SimulatedRun(
+        sink.samples, spans, true_spans, schedule, dict(true_e), dict(true_t), steps, gpu
+    )

@@ -40,8 +40,10 @@ def new_run_id(kind: str) -> str:
 def _cell(v: Any) -> str:
     if v is None:
         return ""  # an empty cell is "not read this time", never zero
-    if isinstance(v, float):
-        return repr(v)
+    if isinstance(v, float):  # numpy floats too: repr(float(...)) is the shortest exact text
+        return repr(float(v))
+    if hasattr(v, "item"):  # other numpy scalars
+        return str(v.item())
     return str(v)
 
 

@@ -1,0 +1,167 @@
+"""A signal's refresh grid and the jitter of its instants, fitted by maximum likelihood.
+
+`sensors.refresh.detect_refresh` and `detect_counter_grid` place a regular grid
+(offset + k × period) for each signal; on an H200 the energy counter and the power fields tick on grids of their own (100.0 ms
+and ~101–103 ms; benchmarks/results/measure_core). Regression needs more than the grid: the
+spread σ of the true refresh instants around it. A reading placed on the grid was really taken
+σ earlier or later, which blurs short phases next to a large power step (a second-order bias
+that does not average out) unless the design matrix is blurred the same way.
+
+Every pair of consecutive reads of a signal says whether a refresh fell between them (the value
+changed) or not. With true instants g_k + δ_k, δ_k ~ N(0, σ²), a gap (t0, t1] holds refresh k
+with probability p_k = Φ((t1 − g_k)/σ) − Φ((t0 − g_k)/σ), and holds none with probability
+Π_k (1 − p_k). Maximizing the likelihood of all gaps, changed or not, fits the offset, period
+and σ together, with standard errors from its curvature. It works for dense reads (the power
+fields, read every ~20 ms) and for sparse ones (the counter, read about once per refresh, where
+only the gaps that missed a refresh, or caught two, carry the timing).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import minimize
+from scipy.special import ndtr
+
+from jouleprof.sensors.refresh import RefreshEstimate
+
+log = logging.getLogger(__name__)
+
+_OUTLIER = 1e-3  # probability of a gap the grid cannot explain (a missed or repeated value)
+_MIN_JITTER_S = 20e-6
+_JITTER_START_S = (0.2e-3, 10e-3)  # a grid's own jitter figure is clipped to this to start from
+
+
+@dataclass(frozen=True)
+class JitterGrid:
+    """A refresh grid with the spread of the true instants around it.
+
+    Attributes:
+        grid: the grid (a RefreshEstimate whose offset and period were refitted).
+        jitter_s: standard deviation σ of the true refresh instants around the grid.
+        jitter_se_s, offset_se_s: standard errors of σ and of the grid's position at center_s.
+        period_se_s: standard error of the period.
+        center_s: a grid instant in the middle of the reads (where offset_se_s holds).
+        n_gaps: read gaps the fit used.
+        method: "mle", or "detected" when the likelihood fit failed (σ is then a guess).
+    """
+
+    grid: RefreshEstimate
+    jitter_s: float
+    jitter_se_s: float
+    offset_se_s: float
+    period_se_s: float
+    center_s: float
+    n_gaps: int
+    method: str
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            **self.grid.to_json(),
+            "jitter_s": self.jitter_s,
+            "jitter_se_s": self.jitter_se_s,
+            "offset_se_s": self.offset_se_s,
+            "period_se_s": self.period_se_s,
+            "n_gaps": self.n_gaps,
+            "method": self.method,
+        }
+
+
+def _fallback(grid: RefreshEstimate, n: int, center_s: float) -> JitterGrid:
+    j = grid.jitter_s if np.isfinite(grid.jitter_s) else 2e-3
+    j = float(np.clip(j, *_JITTER_START_S))
+    offset_se = max(grid.median_read_gap_s / np.sqrt(12.0 * max(n, 1)), 0.5e-3)
+    period_se = offset_se * np.sqrt(12.0) / max(n, 1)
+    return JitterGrid(grid, j, j, offset_se, period_se, center_s, n, "detected")
+
+
+def fit_jitter_grid(t_s: np.ndarray, values: np.ndarray, grid: RefreshEstimate) -> JitterGrid:
+    """Refit `grid` from the reads (`t_s`, `values`) of its signal and estimate its jitter."""
+    t_s = np.asarray(t_s, dtype=float)
+    v = np.asarray(values, dtype=float)
+    ok = ~np.isnan(v)
+    t, v = t_s[ok], v[ok]
+    p0 = grid.period_s
+    center = float(np.median(t)) if len(t) else np.nan
+    if len(t) < 30:
+        return _fallback(grid, max(len(t) - 1, 0), center)
+    t0, t1, changed = t[:-1], t[1:], v[1:] != v[:-1]
+    usable = (t1 - t0) < 1.5 * p0  # a longer gap surely holds a refresh: it says nothing
+    t0, t1, changed = t0[usable], t1[usable], changed[usable]
+    kc = float(np.round((center - grid.offset_s) / p0))
+    a0 = grid.offset_s + kc * p0  # a grid instant mid-run: the offset's reference
+    # Grid instants that can fall in or near each gap: the nearest to its start, and two more.
+    s0 = float(np.clip(grid.jitter_s if np.isfinite(grid.jitter_s) else 2e-3, *_JITTER_START_S))
+    # Only gaps with an edge near a grid instant say anything (elsewhere the probability of
+    # the observed outcome is 1 whatever the parameters): keep those, for speed.
+    near = 8 * s0 + 2e-3
+    ph0 = (t0 - a0) % p0
+    ph1 = (t1 - a0) % p0
+    keep = (np.minimum(ph0, p0 - ph0) < near) | (np.minimum(ph1, p0 - ph1) < near)
+    t0, t1, changed = t0[keep], t1[keep], changed[keep]
+    if len(t0) < 20:
+        return _fallback(grid, len(t0), center)
+    k_first = np.floor((t0 - a0) / p0)  # relative to a0
+    ks = k_first[:, None] + np.arange(-1, 3)[None, :]
+    scale = np.array([1e-4, 1e-7, 1.0])  # position in 0.1 ms, period in 0.1 µs, log σ
+
+    def unpack(x: np.ndarray) -> tuple[float, float, float]:
+        a, p, ls = x * scale
+        return a0 + a, p0 + p, max(float(np.exp(np.log(s0) + ls)), _MIN_JITTER_S)
+
+    def nll(x: np.ndarray) -> float:
+        a, p, s = unpack(x)
+        g = a + ks * p
+        pk = ndtr((t1[:, None] - g) / s) - ndtr((t0[:, None] - g) / s)
+        none = np.prod(1.0 - np.clip(pk, 0.0, 1.0), axis=1)
+        pr = np.where(changed, 1.0 - none, none)
+        return -float(np.sum(np.log((1 - _OUTLIER) * pr + _OUTLIER)))
+
+    res = minimize(nll, np.zeros(3), method="Nelder-Mead", options={"xatol": 1e-3, "fatol": 1e-4})
+    x = res.x
+    a, p, s = unpack(x)
+    if not np.isfinite(res.fun) or not (0.9 * p0 < p < 1.1 * p0):
+        log.warning("refresh grid likelihood fit failed (%s); using the detected grid", res.message)
+        return _fallback(grid, len(t0), center)
+    h = np.array([0.05, 0.05, 0.02])
+    hess = np.zeros((3, 3))
+    for i in range(3):
+        for j in range(3):
+            ei, ej = np.eye(3)[i] * h[i], np.eye(3)[j] * h[j]
+            hess[i, j] = (
+                nll(x + ei + ej) - nll(x + ei - ej) - nll(x - ei + ej) + nll(x - ei - ej)
+            ) / (4 * h[i] * h[j])
+    se = _standard_errors(hess) * scale
+    gap = float(np.median(t1 - t0))
+    se_floor = gap / np.sqrt(12.0 * len(t0))
+    offset_se = float(se[0]) if np.isfinite(se[0]) and se[0] > 0 else 3.0 * se_floor
+    jitter_se = float(s * se[2]) if np.isfinite(se[2]) and se[2] > 0 else s
+    if s < 5 * _MIN_JITTER_S:
+        # At the floor: σ is only known to be small, and the likelihood is flat across the
+        # offsets that explain every gap, which can span milliseconds with sparse reads.
+        jitter_se = max(jitter_se, s, 0.1e-3)
+        offset_se = max(offset_se, se_floor, 1e-3)
+    period_se = float(se[1]) if np.isfinite(se[1]) and se[1] > 0 else offset_se * 3.5 / len(t0)
+    refit = RefreshEstimate(
+        grid.signal, float(p), float(a % p), float(s), int(changed.sum()),
+        grid.median_read_gap_s, f"{grid.method} + mle",
+    )
+    return JitterGrid(refit, s, jitter_se, offset_se, period_se, a, len(t0), "mle")
+
+
+def _standard_errors(hess: np.ndarray) -> np.ndarray:
+    """Square roots of the diagonal of the inverse Hessian; NaN where it is not positive.
+
+    Where the full inverse fails (a flat direction), each parameter's conditional standard
+    error 1/√H_ii is used instead.
+    """
+    try:
+        d = np.diag(np.linalg.inv(hess))
+        if np.all(np.isfinite(d)) and np.all(d > 0):
+            return np.sqrt(d)
+    except np.linalg.LinAlgError:
+        pass
+    h = np.diag(hess)
+    return np.where(h > 0, 1.0 / np.sqrt(np.where(h > 0, h, 1.0)), np.nan)
