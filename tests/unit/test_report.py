@@ -310,8 +310,10 @@ def test_run_report_with_energy(study_dir):
     md = (cell / "report" / "phase_energy.md").read_text()
     for phase in unresolved["phase"]:  # a phase the data cannot pin down is said so, not 0
         assert f"| regression | {phase} |" in md and "unavailable (unresolved:" in md
+    cmp = pd.read_csv(cell / "report" / "phase_methods.csv").set_index("phase")
+    assert cmp["proportional_vs_regression_pct"].notna().any()
     text = html.read_text()
-    assert "Energy per phase" in text and "regression" in text
+    assert "Energy per phase" in text and "Attribution methods compared" in text
 
 
 def test_run_report_without_gpu_says_why(tmp_path):
@@ -356,3 +358,50 @@ def test_detect_rejects_what_is_not_a_run_or_study(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(RunDirError, match="neither a run directory"):
         detect(tmp_path / "empty")
+
+
+def test_agreement_with_crosscheck_modes(tmp_path):
+    root = tmp_path / "cc"
+    root.mkdir()
+    rows = []
+    per_sample = {
+        "e2e": ("energy_per_sample_j", 10.0),
+        "fine": ("energy_per_sample_j", 10.4),
+        "codecarbon": ("crosscheck_energy_per_sample_j", 9.5),
+        "zeus": ("crosscheck_energy_per_sample_j", None),
+    }
+    for mode, (col, v) in per_sample.items():
+        cid = f"bs2-{mode}-r0"
+        rows.append(
+            {
+                "cell_id": cid,
+                "batch_size": 2,
+                "mode": mode,
+                "rep": 0,
+                "status": "complete",
+                "error": "",
+                "run_dir": f"cells/{cid}",
+                "throughput_samples_per_s": 5.0,
+                col: v,
+            }
+        )
+        rec = cell_record(cid, 2, mode, {"throughput_samples_per_s": 5.0})
+        if mode == "zeus":
+            rec.extra["crosscheck"] = {
+                "tool": "zeus",
+                "gpu_energy_j": None,
+                "reason": "zeus measured no GPU",
+            }
+        RunDir.create(root / "cells" / cid, rec)
+    pd.DataFrame(rows).to_csv(root / "runs.csv", index=False)
+    build_report(root)
+    agr = pd.read_csv(root / "report" / "energy_agreement.csv").set_index("mode")
+    assert agr.loc["fine", "vs_e2e_pct"] == pytest.approx(4.0)
+    assert agr.loc["codecarbon", "figure"] == "crosscheck_energy_per_sample_j"
+    assert agr.loc["codecarbon", "vs_e2e_pct"] == pytest.approx(-5.0)
+    assert agr.loc["codecarbon", "vs_fine_pct"] == pytest.approx(100 * (9.5 / 10.4 - 1))
+    assert math.isnan(agr.loc["zeus", "mean_j"]) and agr.loc["zeus", "reason"] == (
+        "zeus measured no GPU"
+    )
+    md = (root / "report" / "energy_agreement.md").read_text()
+    assert "unavailable (zeus measured no GPU)" in md

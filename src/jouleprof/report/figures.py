@@ -237,7 +237,7 @@ def timeline_plot(
     caption = (
         "Sensor readings as recorded (samples.csv); "
         + (f"averaged into {MAX_POINTS} time bins where longer. " if window_s is None else "")
-        + ("Phases shaded from spans.csv." if lane else "")
+        + ("phases shaded from spans.csv." if lane else "")
     )
     return Plot(name, title, save(fig, out_dir, name), caption=caption)
 
@@ -327,7 +327,7 @@ def phase_time_plot(stats: pd.DataFrame, out_dir: Path) -> Plot:
     fig, axes = new_figure(1, 1, 8, 0.8 + 0.35 * len(stats))
     ax = axes[0, 0]
     y = np.arange(len(stats))
-    col = colors(list(stats["phase"]))
+    col = phase_colors(list(stats["phase"]))
     ax.barh(
         y,
         1e3 * stats["time_per_step_s"],

@@ -94,6 +94,7 @@ def table_html(t: Table | None) -> Any:
         return Markup("")
     if t.empty or not len(t.display):
         return Markup(f'<p class="missing">{escape(t.title)}: no rows.</p>')
+    title = f"<h3>{escape(t.title)}</h3>"
     head = "".join(f"<th>{escape(c)}</th>" for c in t.display.columns)
     rows = []
     for row in t.display.itertuples(index=False):
@@ -103,7 +104,7 @@ def table_html(t: Table | None) -> Any:
             cls = ' class="na"' if s.startswith("unavailable") else ""
             cells.append(f"<td{cls}>{escape(s)}</td>")
         rows.append("<tr>" + "".join(cells) + "</tr>")
-    out = f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    out = f"{title}<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
     if t.note:
         out += f'<p class="note">{escape(t.note)}</p>'
     if t.paths:
@@ -302,6 +303,7 @@ def build_run_report(run_dir: Path) -> Report:
         [
             T.summary_table(rec),
             T.phase_energy_table(phases) if phases is not None else None,
+            T.method_comparison_table(phases) if phases is not None else None,
             T.phase_time_table(stats) if stats is not None and len(stats) else None,
         ],
         out,
@@ -320,6 +322,7 @@ def build_run_report(run_dir: Path) -> Report:
         attribution=rec.extra.get("attribution") or {},
         summary=by_name.get("summary"),
         phase_energy=by_name.get("phase_energy"),
+        phase_methods=by_name.get("phase_methods"),
         phase_time=by_name.get("phase_time"),
         plots={p.name: p for p in plots},
     )

@@ -52,6 +52,14 @@ METRICS: dict[str, tuple[str, str]] = {
 }
 
 
+_ENERGY = ("energy_per_sample_j", "segment_gpu_energy_j", "gpu_energy_j")
+RELATED: dict[str, tuple[str, ...]] = {
+    "energy_per_1000_samples_kwh": _ENERGY,
+    "segment_gpu_power_w": _ENERGY,
+    "crosscheck_energy_per_sample_j": ("crosscheck_gpu_energy_j",),
+}
+"""Figures whose reason explains another's absence (a cell records why energy per sample is
+unavailable; the figures derived from the same energy inherit that reason)."""
 HEADLINE_MODES = ("e2e", "fine")
 """Modes whose throughput and energy per 1,000 samples phrase the batch-size effect, first
 available wins: e2e reads only the counter at the edges, so it disturbs the run least."""
@@ -105,7 +113,7 @@ def load_study(path: Path) -> Study:
     need = [c for c in ("cell_id", "batch_size", "mode", "status") if c not in runs.columns]
     if need:
         raise RunDirError(f"{p} lacks the columns {need}")
-    runs["error"] = runs["error"].fillna("").astype(str) if "error" in runs else ""
+    runs["error"] = runs["error"].astype(object).fillna("").astype(str) if "error" in runs else ""
     runs["rep"] = pd.to_numeric(runs.get("rep", 0), errors="coerce").fillna(0).astype(int)
     runs["batch_size"] = pd.to_numeric(runs["batch_size"], errors="coerce").astype("Int64")
     for m in METRICS:
@@ -141,6 +149,20 @@ def _provenance(study: Study, cell_ids: list[str], metric: str) -> tuple[str, st
     return ", ".join(dict.fromkeys(srcs)), "; ".join(dict.fromkeys(reasons))
 
 
+def _crosscheck_reason(study: Study, cell_ids: list[str], metric: str) -> str:
+    """Why codecarbon or zeus gave no energy, as the cells recorded it."""
+    if metric != "crosscheck_energy_per_sample_j":
+        return ""
+    reasons = [
+        str(cc["reason"])
+        for cid in cell_ids
+        if cid in study.records
+        and (cc := study.records[cid].extra.get("crosscheck"))
+        and cc.get("reason")
+    ]
+    return "; ".join(dict.fromkeys(reasons))
+
+
 def aggregate(study: Study) -> pd.DataFrame:
     """Per mode, batch size and metric: mean, sd, min, max and CV over the complete cells.
 
@@ -164,8 +186,13 @@ def aggregate(study: Study) -> pd.DataFrame:
                     if not len(ok):
                         why = _status_reason(cells)
                     else:
-                        _src, why = _provenance(study, list(ok["cell_id"]), metric)
-                        why = why or f"not recorded for {mode} mode in runs.csv"
+                        ids = list(ok["cell_id"])
+                        for m in (metric, *RELATED.get(metric, ())):
+                            _src, why = _provenance(study, ids, m)
+                            if why:
+                                break
+                        why = why or _crosscheck_reason(study, ids, metric)
+                        why = why or f"not recorded for {mode} mode (runs.csv, run.json)"
                     src = "unavailable"
                 elif n < len(cells):
                     why = f"{n} of {len(cells)} cells have it" + (f"; {why}" if why else "")
@@ -357,6 +384,8 @@ def warmup_statement(study: Study) -> list[str]:
         out.append(
             f"Warm-up steps excluded per cell: {min(steps)}–{max(steps)} "
             f"(median {float(np.median(steps)):g}, {len(steps)} cells)."
+            if len(steps) > 1
+            else f"Warm-up steps excluded: {steps[0]} (1 cell)."
         )
     never = [cid for cid, rec in study.records.items() if rec.extra.get("warmup_settled") is False]
     if never:

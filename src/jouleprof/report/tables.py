@@ -292,6 +292,36 @@ def phase_energy_table(phases: pd.DataFrame) -> Table:
     )
 
 
+def method_comparison_table(phases: pd.DataFrame) -> Table | None:
+    """Per phase, each method's energy per step and how far each is from the reference
+    (isolation where the run has it, else regression); None with fewer than two methods."""
+    methods = list(dict.fromkeys(phases["method"]))
+    if len(methods) < 2:
+        return None
+    ref = "isolation" if "isolation" in methods else "regression"
+    piv = phases[phases["resolved"]].pivot_table(
+        index="phase", columns="method", values="energy_per_step_j", sort=False
+    )
+    piv = piv.reindex(index=list(dict.fromkeys(phases["phase"])), columns=methods)
+    data = piv.reset_index()
+    shown = pd.DataFrame({"phase": data["phase"]})
+    for m in methods:
+        shown[f"{m} J/step"] = [unavailable("unresolved") if missing(v) else sig(v) for v in piv[m]]
+    for m in methods:
+        if m == ref:
+            continue
+        pct = 100 * (piv[m] - piv[ref]) / piv[ref]
+        data[f"{m}_vs_{ref}_pct"] = pct.to_numpy()
+        shown[f"{m} vs {ref}"] = ["—" if missing(v) else signed_pct(v) for v in pct]
+    return Table(
+        "phase_methods",
+        f"Attribution methods compared (reference: {ref})",
+        data,
+        shown,
+        note=f"(method − {ref}) / {ref}, energy per step. '—' where either is unresolved.",
+    )
+
+
 def exclusive_phase_times(spans: pd.DataFrame) -> pd.DataFrame:
     """Per step and phase, the time of the phase not covered by its sub-phases (and untracked).
 
