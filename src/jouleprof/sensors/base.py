@@ -11,18 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from jouleprof.types import Reading
+from jouleprof.types import SAMPLE_COLUMNS, Reading
 
-# Signals a sensor may offer, by name, as used in samples.csv columns and run.json.
-SIGNALS: tuple[str, ...] = (
-    "power_w",
-    "power_instant_w",
-    "energy_j",
-    "util_pct",
-    "mem_used_bytes",
-    "sm_clock_mhz",
-    "temp_c",
-)
+# Signals a sensor may offer, by name: the samples.csv columns after t_s and device.
+SIGNALS: tuple[str, ...] = SAMPLE_COLUMNS[2:]
 
 
 @dataclass(frozen=True)
