@@ -405,3 +405,30 @@ def test_agreement_with_crosscheck_modes(tmp_path):
     )
     md = (root / "report" / "energy_agreement.md").read_text()
     assert "unavailable (zeus measured no GPU)" in md
+
+
+def test_run_report_with_isolation_reference(study_dir, tmp_path):
+    import shutil
+
+    cell = tmp_path / "cell"
+    shutil.copytree(study_dir / "cells" / "bs4-fine-r0", cell)
+    reg = pd.read_csv(cell / "phases_regression.csv")
+    iso = reg.assign(
+        method="isolation",
+        energy_j=reg["time_s"] * 500.0,
+        resolved=True,
+        energy_lo_j=reg["time_s"] * 490.0,
+        energy_hi_j=reg["time_s"] * 510.0,
+    )
+    iso.to_csv(cell / "phases_isolation.csv", index=False)
+    (cell / "isolation_windows.csv").write_text(
+        "replay,n_calls,t0_s,t1_s,time_per_call_s\nforward,50,30.0,35.0,0.1\n"
+    )
+    report = build_report(cell)
+    cmp = pd.read_csv(cell / "report" / "phase_methods.csv").set_index("phase")
+    assert "proportional_vs_isolation_pct" in cmp and "regression_vs_isolation_pct" in cmp
+    e_reg = reg.set_index("phase")["energy_j"]
+    t = reg.set_index("phase")["time_s"]
+    expect = 100 * (e_reg["backward"] - 500.0 * t["backward"]) / (500.0 * t["backward"])
+    assert cmp.loc["backward", "regression_vs_isolation_pct"] == pytest.approx(expect)
+    assert next(p for p in report.plots if p.name == "timeline").path is not None
