@@ -109,3 +109,23 @@ def test_samples_reach_the_sink_while_running():
 def test_bad_interval_is_refused(bad):
     with pytest.raises(ValueError, match="interval_s"):
         SamplerConfig(interval_s=bad)
+
+
+def test_sparse_counter_reads_with_a_dense_start_and_bursts():
+    cfg = SamplerConfig(
+        interval_s=0.02, counter_interval_s=1.0, counter_dense_s=5.0, counter_burst_every_s=20.0
+    )
+    run = simulate_training([PhaseSpec("a", 0.2, 500)], steps=200, seed=1, sampler_config=cfg)
+    t = np.array([s.t_s for s in run.samples if s.energy_j is not None])
+    dense = np.sum(t < 5.0)
+    assert 40 <= dense <= 60  # ~ every refresh for the first 5 s
+    later = t[(t > 6.0) & (t < run.schedule.end_s - 1)]
+    in_burst = ((later % 20.0) < 1.0).sum()
+    assert in_burst >= 0.4 * len(later)  # bursts hold many of the later reads
+    span = later[-1] - later[0]
+    assert len(later) < span / 1.0 + 12 * span / 20.0  # otherwise about one read a second
+
+
+def test_bad_burst_settings_are_refused():
+    with pytest.raises(ValueError, match="counter_burst"):
+        SamplerConfig(counter_burst_every_s=1.0, counter_burst_s=2.0)

@@ -165,68 +165,94 @@ def _best_offset(t0, t1, changed, period: float, resolution_s: float) -> tuple[f
     return float((ang / (2 * np.pi) * period) % period), int(bad.min())
 
 
-def _counter_period(t0, t1, changed, nominal_s: float, chunk_s: float) -> float:
-    """The counter's true period, near `nominal_s`.
+def _chunk_offsets(t0, t1, changed, period: float, chunk_s: float, min_gaps: int):
+    """Offset of the grid (at `period`) in each chunk of the run that holds enough gaps."""
+    edges = np.arange(t0[0], t1[-1] + chunk_s, chunk_s)
+    mids, phis, weights = [], [], []
+    for c0, c1 in zip(edges[:-1], edges[1:], strict=False):
+        sel = (t0 >= c0) & (t1 < c1)
+        if sel.sum() >= min_gaps:
+            phi, _ = _best_offset(t0[sel], t1[sel], changed[sel], period, period / 200)
+            mids.append(float(np.mean(t0[sel])))
+            phis.append(phi)
+            weights.append(float(sel.sum()))
+    return np.asarray(mids), np.asarray(phis), np.asarray(weights)
 
-    Long runs: the offset is found per chunk at the nominal period; its drift from chunk to
-    chunk is the period's error. Short runs: a joint scan of period and offset, preferring the
-    nominal period among equally good ones (a short run cannot tell them apart anyway).
+
+def _joint_scan(t0, t1, changed, nominal_s: float, duration_s: float) -> float:
+    """Period by a joint scan of period and offset, coarse to fine: ±500 ppm around nominal
+    first (NVML's counter period was within 200 ppm of 100 ms on an H200), then ever closer,
+    until a step slips by less than 0.25 ms over the run. Among equally good periods the one
+    nearest nominal wins (few gaps cannot tell them apart)."""
+    center, half = nominal_s, 5e-4 * nominal_s
+    finest = 0.25e-3 * nominal_s / max(duration_s, nominal_s)
+    while True:
+        periods = center + np.linspace(-half, half, 41)
+        scores = np.array([_best_offset(t0, t1, changed, p, p / 100)[1] for p in periods])
+        best = np.flatnonzero(scores == scores.min())
+        center = float(periods[best[np.argmin(np.abs(periods[best] - nominal_s))]])
+        step = 2 * half / 40
+        if step <= finest:
+            return center
+        half = 2 * step
+
+
+def _counter_period(t0, t1, changed, nominal_s: float, chunk_s: float) -> float:
+    """The counter's true period, near `nominal_s`, from the informative read gaps.
+
+    Where several stretches of the run hold enough gaps (the sampler's dense start and its
+    periodic bursts), the grid's offset is found in each at the nominal period, and its drift
+    from stretch to stretch is the period's error. Otherwise: a joint scan.
     """
     duration = float(t1[-1] - t0[0])
-    n_chunks = int(duration // chunk_s)
-    if n_chunks >= 3 and len(t0) / n_chunks >= 100:
-        period = nominal_s
-        for _ in range(2):
-            edges = t0[0] + chunk_s * np.arange(n_chunks + 1)
-            mids, phis = [], []
-            for c0, c1 in zip(edges[:-1], edges[1:], strict=False):
-                sel = (t0 >= c0) & (t1 < c1)
-                if sel.sum() >= 50:
-                    phi, _ = _best_offset(t0[sel], t1[sel], changed[sel], period, period / 200)
-                    mids.append(0.5 * (c0 + c1))
-                    phis.append(phi)
-            if len(phis) < 3:
-                break
-            unwrapped = np.unwrap(np.asarray(phis) / period * 2 * np.pi) / (2 * np.pi) * period
-            slope = float(np.polyfit(np.asarray(mids), unwrapped, 1)[0])
-            period *= 1.0 + slope
-            if abs(slope) < 1e-7:
-                break
-        return period
-    # Short run: ±0.5 % around nominal, in steps that slip by < 1/4 ms over the run.
-    step = max(nominal_s * 0.00025 * nominal_s / max(duration, nominal_s), 1e-9)
-    periods = nominal_s + step * np.arange(-40, 41)
-    periods = periods[np.abs(periods - nominal_s) <= 0.005 * nominal_s]
-    scores = [_best_offset(t0, t1, changed, p, p / 100)[1] for p in periods]
-    best = np.flatnonzero(np.asarray(scores) == min(scores))
-    return float(periods[best[np.argmin(np.abs(periods[best] - nominal_s))]])
+    candidates = [_joint_scan(t0, t1, changed, nominal_s, duration)]
+    period = nominal_s
+    for _ in range(3):
+        mids, phis, w = _chunk_offsets(t0, t1, changed, period, chunk_s, min_gaps=30)
+        if len(phis) < 3:
+            break
+        unwrapped = np.unwrap(phis / period * 2 * np.pi) / (2 * np.pi) * period
+        slope = float(np.polyfit(mids, unwrapped, 1, w=np.sqrt(w))[0])
+        if abs(slope) > 5e-4:  # beyond any NVML counter seen: a bad unwrap, not a drift
+            break
+        period *= 1.0 + slope
+        if abs(slope) < 1e-7:
+            candidates.append(period)
+            break
+    # Keep whichever explains more gaps (the chunk drift fit can unwrap wrongly on noisy
+    # stretches; the joint scan cannot see drift finer than its ties); ties: nearest nominal.
+    scores = [_best_offset(t0, t1, changed, p, p / 200)[1] for p in candidates]
+    best = [p for p, sc in zip(candidates, scores, strict=True) if sc == min(scores)]
+    return min(best, key=lambda p: abs(p - nominal_s))
 
 
 def detect_counter_grid(
     t_s: np.ndarray,
     energy_j: np.ndarray,
     nominal_period_s: float = 0.1,
-    chunk_s: float = 20.0,
-    min_reads: int = 30,
+    chunk_s: float = 10.0,
+    min_gaps: int = 8,
 ) -> RefreshEstimate | None:
     """The counter's refresh grid from which consecutive reads saw it move and which did not.
 
     Works with reads about one period apart (what the sampler does to spare the ~5 ms counter
     read), where update brackets are as wide as the period and their midpoints say little:
-    every pair of consecutive reads says whether a refresh fell between them. The offset is
-    scanned per chunk of the run; its drift across chunks gives the true period (NVML's is
-    100 ms to within ~0.02 %, enough to slip by whole milliseconds over minutes).
+    every pair of consecutive reads less than 1.5 periods apart says whether a refresh fell
+    between them (longer gaps always hold one and say nothing). The offset is found per stretch
+    of the run; its drift across stretches gives the true period (NVML's is 100 ms to within
+    ~0.02 %, enough to slip by whole milliseconds over minutes).
     """
     t_s = np.asarray(t_s, dtype=float)
     e = np.asarray(energy_j, dtype=float)
     ok = ~np.isnan(e)
     t, e = t_s[ok], e[ok]
-    if len(t) < min_reads:
+    if len(t) < 2:
         return None
     t0, t1, changed = t[:-1], t[1:], e[1:] != e[:-1]
-    gap = float(np.median(t1 - t0))
-    if gap > 1.5 * nominal_period_s or changed.all():
-        return None  # every gap holds a refresh: no phase information
+    informative = (t1 - t0) < 1.5 * nominal_period_s
+    t0, t1, changed = t0[informative], t1[informative], changed[informative]
+    if len(t0) < min_gaps or changed.all():
+        return None  # too few short gaps, or every one holds a refresh: no phase information
     period = _counter_period(t0, t1, changed, nominal_period_s, chunk_s)
     offset, n_bad = _best_offset(t0, t1, changed, period, period / 1000)
     return RefreshEstimate(
@@ -235,7 +261,7 @@ def detect_counter_grid(
         float(offset),
         float("nan"),  # the gap scan cannot tell the jitter: `refresh_fit` estimates it
         int(changed.sum()),
-        gap,
+        float(np.median(t1 - t0)),
         f"counter-gaps ({n_bad} of {len(changed)} gaps disagree)",
     )
 

@@ -59,6 +59,14 @@ class SamplerConfig:
     """Mean time between reads of a slow counter (dithered like the cheap reads); None: the
     sensor's refresh period, i.e. about one read per refresh (what phase attribution needs).
     On an H200 each read costs ~5 ms of CPU, so end-to-end measurement reads it ~1/s."""
+    counter_dense_s: float = 0.0
+    """For this long after start, a slow counter is read about once per refresh whatever
+    counter_interval_s says: short runs then get a placeable counter, long ones pay for it
+    once (see `densify` for the end of a run)."""
+    counter_burst_every_s: float | None = None
+    """Where counter_interval_s is long: every this many seconds, read the counter every
+    refresh for `counter_burst_s`, so its refresh grid stays located through a long run."""
+    counter_burst_s: float = 1.0
     flush_every_s: float = 1.0
     """How often buffered samples are handed to the sink (and so survive a crash)."""
 
@@ -69,6 +77,12 @@ class SamplerConfig:
             raise ValueError(f"dither must be in [0, 1), got {self.dither}")
         if self.counter_interval_s is not None and self.counter_interval_s < 0:
             raise ValueError(f"counter_interval_s must be ≥ 0, got {self.counter_interval_s}")
+        if self.counter_dense_s < 0:
+            raise ValueError(f"counter_dense_s must be ≥ 0, got {self.counter_dense_s}")
+        if self.counter_burst_every_s is not None and not (
+            self.counter_burst_every_s > self.counter_burst_s > 0
+        ):
+            raise ValueError("need counter_burst_every_s > counter_burst_s > 0")
         if not self.flush_every_s > 0:
             raise ValueError(f"flush_every_s must be > 0, got {self.flush_every_s}")
 
@@ -113,6 +127,8 @@ class _DeviceState:
     device: str
     counter_gap_s: float
     """Mean time between counter reads (0 for a cheap counter: read on every poll)."""
+    refresh_s: float
+    """The sensor's refresh period: the counter gap while sampling densely."""
     slow_counter: bool
     next_counter_t_s: float = float("-inf")
 
@@ -136,10 +152,14 @@ class Sampler:
         self.sink = sink if sink is not None else ListSink()
         self.stats = SamplerStats()
         self._devices = [
-            _DeviceState(s, d, self._counter_gap_s(s), s.counter_read_is_slow)
+            _DeviceState(
+                s, d, self._counter_gap_s(s), s.nominal_refresh_s or 0.1, s.counter_read_is_slow
+            )
             for s in sensors
             for d in s.devices
         ]
+        self._dense_until_s = float("-inf")  # set at start() and by densify()
+        self._started_s = 0.0
         self._buffer: list[Sample] = []
         self._rng = random.Random(0x6A71)
         self._last_flush_s = float("-inf")
@@ -185,9 +205,9 @@ class Sampler:
                     # Dithered gaps: reads land at every phase of the counter's refresh grid,
                     # so which gaps saw it move locates that grid (sensors/refresh.py).
                     d = self.config.dither
-                    st.next_counter_t_s = t_before + st.counter_gap_s * self._rng.uniform(
-                        1 - d, 1 + d
-                    )
+                    gap = st.refresh_s if self._dense(t_before) else st.counter_gap_s
+                    gap = min(gap, st.counter_gap_s)
+                    st.next_counter_t_s = t_before + gap * self._rng.uniform(1 - d, 1 + d)
                     if st.slow_counter:
                         self.stats.n_counter_reads += 1
                         self.stats.counter_read_time_s += dt
@@ -213,9 +233,24 @@ class Sampler:
 
     # -- background thread -------------------------------------------------------------------
 
+    def _dense(self, now_s: float) -> bool:
+        if now_s < self._dense_until_s:
+            return True
+        every = self.config.counter_burst_every_s
+        return every is not None and (now_s - self._started_s) % every < self.config.counter_burst_s
+
+    def densify(self, seconds: float) -> None:
+        """Read slow counters about once per refresh for the next `seconds` (a run's end)."""
+        self._dense_until_s = self.clock.now_s() + seconds
+        for st in self._devices:
+            if st.slow_counter:
+                st.next_counter_t_s = min(st.next_counter_t_s, self.clock.now_s())
+
     def start(self) -> Sampler:
         if self._thread is not None:
             raise RuntimeError("Sampler.start() called twice")
+        self._started_s = self.clock.now_s()
+        self._dense_until_s = self._started_s + self.config.counter_dense_s
         self._stop.clear()
         self.poll_once(force_counter=True)  # the run's first edge: every counter read
         self._thread = threading.Thread(target=self._loop, name="jouleprof-sampler", daemon=True)

@@ -84,6 +84,7 @@ def simulate_training(
     pickup_delay_s: float = 0.003,
     span_noise_s: float = 0.0,
     seed: int = 0,
+    sampler_config: SamplerConfig | None = None,
 ) -> SimulatedRun:
     """Simulate `steps` training steps and sample them.
 
@@ -100,6 +101,7 @@ def simulate_training(
         span_noise_s: standard deviation of the error on each recorded span edge (the mapping of
             device timestamps onto the host clock is not perfect).
         seed: seeds durations, the sensor's jitter and the sampler's delays.
+        sampler_config: the sampler's settings (default: `interval_s`, counter every refresh).
     """
     if steps < 1:
         raise ValueError(f"steps must be ≥ 1, got {steps}")
@@ -130,7 +132,10 @@ def simulate_training(
     clock = ManualClock()
     gpu = SimulatedGPU(schedule, clock, model, seed=seed + 1)
     sink = ListSink()
-    sampler = Sampler([gpu], sink, SamplerConfig(interval_s=interval_s), clock=clock)
+    scfg = sampler_config or SamplerConfig(interval_s=interval_s)
+    interval_s = scfg.interval_s
+    sampler = Sampler([gpu], sink, scfg, clock=clock)
+    sampler._dense_until_s = scfg.counter_dense_s  # what start() does on a real clock
     end = schedule.end_s
     dither = sampler.config.dither
     t, first = 0.0, True
