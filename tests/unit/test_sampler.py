@@ -121,9 +121,9 @@ def test_sparse_counter_reads_with_a_dense_start_and_bursts():
     assert 40 <= dense <= 60  # ~ every refresh for the first 5 s
     later = t[(t > 6.0) & (t < run.schedule.end_s - 1)]
     in_burst = ((later % 20.0) < 1.0).sum()
-    assert in_burst >= 0.4 * len(later)  # bursts hold many of the later reads
+    assert in_burst >= 0.3 * len(later)  # bursts hold many of the later reads
     span = later[-1] - later[0]
-    assert len(later) < span / 1.0 + 12 * span / 20.0  # otherwise about one read a second
+    assert len(later) < 1.3 * span / 1.0 + 12 * (span / 20.0 + 1)  # else ~one read a second
 
 
 def test_bad_burst_settings_are_refused():

@@ -1,19 +1,19 @@
 """A signal's refresh grid and the jitter of its instants, fitted by maximum likelihood.
 
-`sensors.refresh.detect_refresh` and `detect_counter_grid` place a regular grid
-(offset + k × period) for each signal; on an H200 the energy counter and the power fields tick on grids of their own (100.0 ms
-and ~101–103 ms; benchmarks/results/measure_core). Regression needs more than the grid: the
-spread σ of the true refresh instants around it. A reading placed on the grid was really taken
-σ earlier or later, which blurs short phases next to a large power step (a second-order bias
-that does not average out) unless the design matrix is blurred the same way.
+`sensors.refresh.detect_refresh` and `detect_counter_grid` place a regular grid (offset + k ×
+period) for each signal; on an H200 the energy counter and the power fields tick on grids of
+their own (100.0 ms and ~101–103 ms; benchmarks/results/measure_core). Regression needs more
+than the grid: the spread σ of the true refresh instants around it. A reading placed on the grid
+was really taken σ earlier or later, which blurs short phases next to a large power step (a
+second-order bias that does not average out) unless the design matrix is blurred the same way.
 
 Every pair of consecutive reads of a signal says whether a refresh fell between them (the value
 changed) or not. With true instants g_k + δ_k, δ_k ~ N(0, σ²), a gap (t0, t1] holds refresh k
-with probability p_k = Φ((t1 − g_k)/σ) − Φ((t0 − g_k)/σ), and holds none with probability
-Π_k (1 − p_k). Maximizing the likelihood of all gaps, changed or not, fits the offset, period
-and σ together, with standard errors from its curvature. It works for dense reads (the power
-fields, read every ~20 ms) and for sparse ones (the counter, read about once per refresh, where
-only the gaps that missed a refresh, or caught two, carry the timing).
+with probability p_k = Φ((t1 − g_k)/σ) − Φ((t0 − g_k)/σ), and holds none with probability Π_k (1
+− p_k). Maximizing the likelihood of all gaps, changed or not, fits the offset, period and σ
+together, with standard errors from its curvature. It works for dense reads (the power fields,
+read every ~20 ms) and for sparse ones (the counter, read about once per refresh, where only the
+gaps that missed a refresh, or caught two, carry the timing).
 """
 
 from __future__ import annotations

@@ -131,6 +131,7 @@ class _DeviceState:
     """The sensor's refresh period: the counter gap while sampling densely."""
     slow_counter: bool
     next_counter_t_s: float = float("-inf")
+    last_counter_t_s: float = float("-inf")
 
 
 class Sampler:
@@ -179,7 +180,11 @@ class Sampler:
         return [d.device for d in self._devices]
 
     def _wants_counter(self, st: _DeviceState, now_s: float, force: bool) -> bool:
-        return force or not st.slow_counter or now_s >= st.next_counter_t_s
+        if force or not st.slow_counter or now_s >= st.next_counter_t_s:
+            return True
+        # Entering a dense stretch (a burst) must not wait for a read scheduled sparsely.
+        lo = 1.0 - self.config.dither
+        return self._dense(now_s) and now_s - st.last_counter_t_s >= lo * st.refresh_s
 
     def poll_once(self, force_counter: bool = False) -> list[Sample]:
         """Read every device once; returns the samples (also queued for the sink)."""
@@ -208,6 +213,7 @@ class Sampler:
                     gap = st.refresh_s if self._dense(t_before) else st.counter_gap_s
                     gap = min(gap, st.counter_gap_s)
                     st.next_counter_t_s = t_before + gap * self._rng.uniform(1 - d, 1 + d)
+                    st.last_counter_t_s = t_before
                     if st.slow_counter:
                         self.stats.n_counter_reads += 1
                         self.stats.counter_read_time_s += dt
