@@ -7,7 +7,8 @@ Measures, on the card as found (nothing about it is changed):
   3. idle power (`jouleprof measure -- sleep`);
   4. `jouleprof measure` around a known bf16 matmul load, steady and square-wave, repeated:
      counter energy vs the trapezoid of the instant and 1 s-average power;
-  5. the sampler's own CPU cost at 20 ms and 5 ms intervals, and the counter read time.
+  5. the sampler's own CPU cost at 20 ms and 5 ms intervals, with the counter read sparsely
+     (measure/e2e) and every refresh (fine mode), and the counter read time.
 
 Writes JSON/CSV under --out and prints a short table last.
 Run: PYTHONPATH=src python benchmarks/measure_core.py --out $OUT/measure_core
@@ -83,17 +84,25 @@ def refresh_alignment(out: Path, seconds: float) -> dict:
     return res
 
 
-def sampler_cost(interval_s: float, seconds: float) -> dict:
+def sampler_cost(interval_s: float, seconds: float, counter: str) -> dict:
+    """CPU cost of the sampler thread: counter "sparse" (what `measure`/e2e use: ~1/s after a
+    dense start, bursts every 30 s) or "every-refresh" (fine mode)."""
     from jouleprof.clock import MonotonicClock
     from jouleprof.sensors.nvml import NvmlSensor
     from jouleprof.sensors.sampler import ListSink, Sampler, SamplerConfig
 
+    if counter == "sparse":
+        cfg = SamplerConfig(interval_s=interval_s, counter_interval_s=1.0, counter_dense_s=0.0,
+                            counter_burst_every_s=30.0)
+    else:
+        cfg = SamplerConfig(interval_s=interval_s, counter_interval_s=0.1)
     sensor = NvmlSensor([0])
-    with Sampler([sensor], ListSink(), SamplerConfig(interval_s=interval_s), clock=MonotonicClock()) as s:
+    with Sampler([sensor], ListSink(), cfg, clock=MonotonicClock()) as s:
         time.sleep(seconds)
     sensor.close()
     st = s.stats.to_json()
     st["interval_s"] = interval_s
+    st["counter"] = counter
     return st
 
 
@@ -137,9 +146,13 @@ def main() -> None:
                 json.dump(runs, f, indent=1)
     results["matmul"] = runs
 
-    load = subprocess.Popen(load_cmd(40.0, 0.25), stdout=subprocess.DEVNULL)
+    load = subprocess.Popen(load_cmd(55.0, 0.25), stdout=subprocess.DEVNULL)
     time.sleep(1.0)
-    results["sampler_cost"] = [sampler_cost(0.02, 15.0), sampler_cost(0.005, 15.0)]
+    results["sampler_cost"] = [
+        sampler_cost(iv, 12.0, counter)
+        for counter in ("sparse", "every-refresh")
+        for iv in (0.02, 0.005)
+    ]
     load.terminate()
     load.wait()
 
@@ -160,7 +173,7 @@ def main() -> None:
               f"P={m.get('gpu0.avg_power_w')} W inst={m.get('gpu0.crosscheck_instant_pct')}% "
               f"avg={m.get('gpu0.crosscheck_avg_pct')}% peak={m.get('gpu0.peak_power_w')}", m.get("error", ""))
     for c in results["sampler_cost"]:
-        print(f"sampler {c['interval_s']*1e3:.0f} ms: cpu {c['cpu_fraction_of_core']:.4f} of a core, "
+        print(f"sampler {c['interval_s']*1e3:.0f} ms, counter {c['counter']}: cpu {c['cpu_fraction_of_core']:.4f} of a core, "
               f"polls {c['n_polls']}, counter reads {c['n_counter_reads']}, mean counter read {c['mean_counter_read_s']}")
 
 
