@@ -1,8 +1,7 @@
 """NVIDIA GPUs through NVML (package nvidia-ml-py, imported as `pynvml` only when a sensor opens).
 
-Devices are named "gpu{i}" with i the index the user sees under CUDA_VISIBLE_DEVICES, which may
-hold integers, GPU UUIDs (or unique prefixes of them) and MIG UUIDs; each is mapped to the physical
-NVML handle. UUIDs are compared in memory only, never stored, logged or put in a message.
+Devices are named "gpu{i}" with i the index the user sees under CUDA_VISIBLE_DEVICES (integers,
+GPU or MIG UUIDs), mapped to the physical NVML handle by `visible.py`.
 
 Signals (shared/FACTS.md: on an H200 all power signals refresh about every 100 ms):
 - power_w: nvmlDeviceGetPowerUsage, a 1 s running average on Ampere (except A100) and newer.
@@ -23,6 +22,12 @@ from typing import Any
 
 from jouleprof.errors import SensorError, SensorUnavailable
 from jouleprof.sensors.base import SignalInfo
+from jouleprof.sensors.visible import (  # noqa: F401  (parsers re-exported)
+    VisibleGpu,
+    parse_visible_devices,
+    redact_visible_devices,
+    resolve_gpus,
+)
 from jouleprof.types import Reading
 from jouleprof.units import MJ_PER_J, MW_PER_W
 
@@ -96,120 +101,14 @@ def decode_field_value(value: Any) -> float | None:
     return None if member is None else float(getattr(value.value, member))
 
 
-def parse_visible_devices(value: str | None) -> list[str] | None:
-    """The entries of CUDA_VISIBLE_DEVICES, or None when it is unset (every GPU visible).
-
-    Like CUDA, parsing stops at the first invalid entry (a negative number, an unknown word).
-    """
-    if value is None:
-        return None
-    tokens: list[str] = []
-    for raw in value.split(","):
-        token = raw.strip()
-        if token.isdigit():
-            tokens.append(str(int(token)))
-        elif token.startswith(("GPU-", "MIG-")):
-            tokens.append(token)
-        else:
-            break
-    return tokens
-
-
-def redact_visible_devices(value: str | None) -> str | None:
-    """CUDA_VISIBLE_DEVICES with every UUID replaced by a placeholder, safe to record or print."""
-    if value is None:
-        return None
-    out = []
-    for raw in value.split(","):
-        token = raw.strip()
-        if token.isdigit() or not token:
-            out.append(token)
-        else:
-            out.append(f"{token[:3]}-<uuid>" if token.startswith(("GPU-", "MIG-")) else "<other>")
-    return ",".join(out)
-
-
 @dataclass
-class _Gpu:
-    name: str
-    handle: Any
-    physical_index: int
-    note: str | None = None
+class _Gpu(VisibleGpu):
+    """A measured GPU: what it is, and the readers found to work on it when the sensor opened."""
+
     readers: list[tuple[str, Callable[[Any], Any]]] = field(default_factory=list)
     counter: Callable[[Any], float] | None = None
     infos: list[SignalInfo] = field(default_factory=list)
     slow_read_at: float = float("-inf")
-
-
-def _uuid(nv: Any, handle: Any) -> str:
-    u = nv.nvmlDeviceGetUUID(handle)
-    return u.decode() if isinstance(u, bytes) else str(u)
-
-
-def _match_uuid(nv: Any, token: str, handles: list[Any]) -> tuple[int, str | None] | None:
-    """Physical index (and a note) of the GPU a UUID entry names, or None if none matches."""
-    if token.startswith("MIG-GPU-"):  # legacy form MIG-GPU-<uuid>/<gi>/<ci>
-        token = token[4:].split("/")[0]
-    if token.startswith("GPU-"):
-        hits = [i for i, h in enumerate(handles) if _uuid(nv, h).startswith(token)]
-        return (hits[0], None) if len(hits) == 1 else None
-    for i, h in enumerate(handles):  # a MIG instance: measure its physical GPU
-        try:
-            n_mig = nv.nvmlDeviceGetMaxMigDeviceCount(h)
-        except nv.NVMLError:
-            continue
-        for m in range(n_mig):
-            try:
-                if _uuid(nv, nv.nvmlDeviceGetMigDeviceHandleByIndex(h, m)).startswith(token):
-                    return i, "a MIG instance: power, energy and utilisation are of the whole GPU"
-            except nv.NVMLError:
-                continue
-    return None
-
-
-def resolve_gpus(
-    nv: Any, gpus: Sequence[int] | None, environ: Mapping[str, str] | None = None
-) -> list[_Gpu]:
-    """Map user-visible GPU indices (all visible ones when None) to NVML handles.
-
-    Raises:
-        SensorError: an index that does not exist, named with the indices that do.
-    """
-    env = os.environ if environ is None else environ
-    raw = env.get("CUDA_VISIBLE_DEVICES")
-    tokens = parse_visible_devices(raw)
-    try:
-        handles = [nv.nvmlDeviceGetHandleByIndex(i) for i in range(nv.nvmlDeviceGetCount())]
-        visible: list[tuple[int, str | None]] = []
-        if tokens is None:
-            tokens = [str(i) for i in range(len(handles))]
-        for pos, token in enumerate(tokens):
-            hit = (int(token), None) if token.isdigit() else _match_uuid(nv, token, handles)
-            if hit is None or hit[0] >= len(handles):
-                log.warning(
-                    "CUDA_VISIBLE_DEVICES entry %d names no GPU on this machine; like CUDA, "
-                    "it and the entries after it are ignored",
-                    pos,
-                )
-                break
-            visible.append(hit)
-    except nv.NVMLError as err:
-        raise map_nvml_error(err, "listing NVIDIA GPUs") from err
-    n = len(visible)
-    wanted = list(range(n)) if gpus is None else list(gpus)
-    for i in wanted:
-        if not 0 <= i < n:
-            have = f"{n} GPU(s) visible (indices 0..{n - 1})" if n else "no GPU visible"
-            if raw is not None:
-                have += f" under CUDA_VISIBLE_DEVICES={redact_visible_devices(raw)!r}"
-            fix = "pass an index in that range" if n else "unset it or name an existing GPU"
-            raise SensorError(
-                f"GPU index {i} does not exist: this machine has {have} — {fix}, or change "
-                "CUDA_VISIBLE_DEVICES"
-            )
-    if len(set(wanted)) != len(wanted):
-        raise SensorError(f"GPU indices {wanted} name a GPU twice — list each GPU once")
-    return [_Gpu(f"gpu{i}", handles[visible[i][0]], visible[i][0], visible[i][1]) for i in wanted]
 
 
 class NvmlSensor:
@@ -237,7 +136,10 @@ class NvmlSensor:
         self._nv = nv
         self._closed = False
         try:
-            found = resolve_gpus(nv, gpus, environ)
+            found = [
+                _Gpu(g.name, g.handle, g.physical_index, g.note)
+                for g in resolve_gpus(nv, gpus, environ)
+            ]
             if not found:
                 raise SensorUnavailable(
                     "no NVIDIA GPU is visible (CUDA_VISIBLE_DEVICES is empty or names none) — "
@@ -396,7 +298,7 @@ def gpu_processes(
         nv.nvmlShutdown()
 
 
-def _processes(nv: Any, gpus: list[_Gpu]) -> list[dict[str, Any]]:
+def _processes(nv: Any, gpus: Sequence[VisibleGpu]) -> list[dict[str, Any]]:
     own = os.getpid()
     out = []
     for gpu in gpus:

@@ -10,18 +10,9 @@ Three ways to time a phase boundary (`PhaseRecorder.mode`):
   boundary and the host clock read after it. For comparison only: it slows a step by 8–15%.
 * ``host``: no CUDA: host timestamps only (t0_s = host_t0_s).
 
-Mapping event times onto the run's clock (see `clockmap.py`): the recorder takes *anchors*,
-moments known on both clocks. At start and at close it synchronizes the device and records an
-event on a private side stream, bracketed by host reads (the tightest of five): an anchor known to a
-few µs. While running it adds a cheap anchor every `anchor_interval_s`: an event on the idle
-side stream, waited for with `event.synchronize()`, which waits for that event alone, never for
-the training stream, and costs the host some tens of µs. An anchor whose bracket is wider than
-`max_anchor_width_s` (the GPU front end was slow to get to it) is dropped. Event times are
-chained from anchor to anchor with `elapsed_time` (so float32 milliseconds never span more
-than one anchor interval) and mapped by linear interpolation between anchors, which follows a
-drift between the GPU's timer and the host clock; past the last anchor the map extrapolates the
-least-squares line of the latest anchors. Spans written before the last anchor was taken used
-that extrapolation; with anchors 5 s apart its error is far below the sensors' 100 ms refresh.
+The CUDA events themselves (the event pool, the clock anchors taken on a side stream, and
+resolving completed steps onto the run's clock) live in `cuda_events.py`; this module keeps
+the steps, the phase stack, the modes and the sinks.
 
 Every boundary also keeps the host time at which the host passed it (host_t0_s, host_t1_s):
 the host enqueues work before the GPU runs it, so a GPU time mapped earlier than its host time
@@ -41,7 +32,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
-from jouleprof.timeline.clockmap import ClockAnchor, ClockMap
+from jouleprof.timeline.clockmap import ClockAnchor
+from jouleprof.timeline.cuda_events import CudaEventTimer
 from jouleprof.types import Span
 
 log = logging.getLogger(__name__)
@@ -255,13 +247,10 @@ class PhaseRecorder:
         self._torch, self.device = _resolve_device(device)
         if self._torch is None:
             self.mode = "host"
-            self._mark = self._mark_host
         elif self.config.sync:
             self.mode = "cuda-sync"
-            self._mark = self._mark_sync
         else:
             self.mode = "cuda-events"
-            self._mark = self._mark_event
         self.stats = RecorderStats(mode=self.mode)
         self._sample_mask = self.config.timing_sample_every - 1
         self._n_boundaries = 0
@@ -276,15 +265,17 @@ class PhaseRecorder:
         self._next_step = 0
         self._pending: deque[tuple[int, list[tuple]]] = deque()
         self._closed = False
-        # CUDA-event state.
-        self._pool: list[Any] = []
-        self._anchors: list[ClockAnchor] = []
-        self._anchor_events: dict[int, tuple[Any, float]] = {}
-        self._anchor_k = 0
-        self._next_anchor_ns = 0
-        self._cmap: ClockMap | None = None
-        if self.mode == "cuda-events":
-            self._start_events()
+        # Boundary stamps: (host ns, event or None, anchor index).
+        self._events: CudaEventTimer | None = None
+        if self.mode == "host":
+            self._mark = self._mark_host
+        elif self.mode == "cuda-sync":
+            self._mark = self._mark_sync
+        else:
+            self._events = CudaEventTimer(
+                self._torch, self.device, self.config, self.stats, self._to_s
+            )
+            self._mark = self._events.mark
 
     # -- the PhaseMarker interface -----------------------------------------------------------
 
@@ -335,9 +326,8 @@ class PhaseRecorder:
         self._group = None
         self._pending.append((self._step, group))
         self.stats.n_steps += 1
-        if self.mode == "cuda-events":
-            if self.config.anchor_interval_s is not None and _perf_ns() >= self._next_anchor_ns:
-                self._take_anchor(hard=False)
+        if self._events is not None:
+            self._events.step_ended()
             self._poll()
         else:
             self._resolve_ready()
@@ -360,8 +350,8 @@ class PhaseRecorder:
                 path = children[name] = parent + "/" + name
         else:
             path = name
-        ns, ev = self._mark()
-        stack.append((path, name, ns, ev, self._anchor_k))
+        ns, ev, k = self._mark()
+        stack.append((path, name, ns, ev, k))
         if timed:
             self.stats.timed_boundary_ns += _perf_ns() - t_in
             self.stats.n_timed_boundaries += 1
@@ -393,7 +383,7 @@ class PhaseRecorder:
         if self._stack:
             ev = self._stack.pop()[3]
             if ev is not None:
-                self._pool.append(ev)
+                self._events.recycle(ev)
 
     def _close_top(self) -> None:
         n = self._n_boundaries
@@ -402,8 +392,8 @@ class PhaseRecorder:
         if timed:
             t_in = _perf_ns()
         path, _, ns0, ev0, k0 = self._stack.pop()
-        ns1, ev1 = self._mark()
-        rec = (path, ns0, ev0, k0, ns1, ev1, self._anchor_k)
+        ns1, ev1, k1 = self._mark()
+        rec = (path, ns0, ev0, k0, ns1, ev1, k1)
         self.stats.n_phases += 1
         if self._group is not None:  # a phase begun before the step and ended in it counts too
             self._group.append(rec)
@@ -415,28 +405,19 @@ class PhaseRecorder:
             self.stats.timed_boundary_ns += _perf_ns() - t_in
             self.stats.n_timed_boundaries += 1
         if self._group is None:
-            if self.mode == "cuda-events":
+            if self._events is not None:
                 self._poll()
             else:
                 self._resolve_ready()
 
     # -- boundary stamps ---------------------------------------------------------------------
 
-    def _mark_host(self) -> tuple[int, None]:
-        return self._stamp(), None
+    def _mark_host(self) -> tuple[int, None, int]:
+        return self._stamp(), None, 0
 
-    def _mark_sync(self) -> tuple[int, None]:
+    def _mark_sync(self) -> tuple[int, None, int]:
         self._torch.cuda.synchronize(self.device)
-        return self._stamp(), None
-
-    def _mark_event(self) -> tuple[int, Any]:
-        ev = self._pool.pop() if self._pool else self._new_event()
-        ns = _perf_ns()  # before the record: the GPU cannot pass the event earlier
-        ev.record(self._current_stream(self.device))
-        return ns, ev
-
-    def _new_event(self) -> Any:
-        return self._torch.cuda.Event(enable_timing=True)
+        return self._stamp(), None, 0
 
     # -- resolution --------------------------------------------------------------------------
 
@@ -456,145 +437,17 @@ class PhaseRecorder:
             self.sink.flush()
             self.stats.n_spans_written += len(spans)
 
-    @staticmethod
-    def _ready(recs: list[tuple]) -> bool:
-        # One driver call per step: the step's last boundary. Events of one stream complete
-        # in order; an event of another stream still running makes elapsed_time raise, and
-        # the step is then simply tried again later (see _poll).
-        return recs[-1][5].query()
-
     def _poll(self, wait: bool = False) -> None:
-        """Resolve the pending steps whose events have completed, oldest first."""
-        pending = self._pending
-        self.stats.max_pending_steps = max(self.stats.max_pending_steps, len(pending))
-        out: list[Span] = []
-        while pending:
-            step, recs = pending[0]
-            if not recs:
-                pending.popleft()
-                continue
-            if not self._ready(recs):
-                if not wait and len(pending) <= self.config.max_pending_steps:
-                    break
-                if not wait:
-                    self.stats.n_forced_waits += 1
-                for r in recs:
-                    r[5].synchronize()
-                    r[2].synchronize()
-            try:
-                spans = self._resolve_events(step, recs)
-            except RuntimeError:  # an event on another stream is not done yet
-                if not wait:
-                    break
-                for r in recs:
-                    r[2].synchronize()
-                spans = self._resolve_events(step, recs)
-            pending.popleft()
-            out.extend(spans)
-            for r in recs:
-                self._pool.append(r[2])
-                self._pool.append(r[5])
-        self._emit(out)
-        self._release_anchor_events()
-
-    def _gpu_s(self, ev: Any, k: int) -> float:
-        aev, ag = self._anchor_events[k]
-        return ag + aev.elapsed_time(ev) / 1e3
-
-    def _clock_map(self) -> ClockMap:
-        try:
-            cmap = ClockMap(self._anchors)
-        except ValueError as e:  # never let a bad anchor stop the training loop
-            log.warning("clock anchors are inconsistent (%s): using the first alone", e)
-            cmap = ClockMap(self._anchors[:1])
-        self._cmap = cmap
-        return cmap
-
-    def _resolve_events(self, step: int, recs: list[tuple]) -> list[Span]:
-        cmap = self._cmap or self._clock_map()
-        lead = self.stats.max_host_lead_s
-        out: list[Span] = []
-        for path, ns0, ev0, k0, ns1, ev1, k1 in recs:
-            t0 = cmap(self._gpu_s(ev0, k0))
-            t1 = max(cmap(self._gpu_s(ev1, k1)), t0)
-            h0, h1 = self._to_s(ns0), self._to_s(ns1)
-            worst = max(h0 - t0, h1 - t1)
-            if lead is None or worst > lead:
-                lead = worst
-            out.append(Span(step, path, t0, t1, h0, h1))
-        self.stats.max_host_lead_s = lead
-        return out
-
-    # -- anchors -----------------------------------------------------------------------------
-
-    def _start_events(self) -> None:
-        torch = self._torch
-        self._current_stream = torch.cuda.current_stream
-        with torch.cuda.device(self.device):
-            self._side = torch.cuda.Stream(self.device)
-            self._pool = [self._new_event() for _ in range(self.config.events_prealloc)]
-            for ev in self._pool:  # torch creates the CUDA event at its first record
-                ev.record(self._side)
-            self._side.synchronize()
-        self._take_anchor(hard=True)
-
-    def _take_anchor(self, hard: bool) -> None:
-        """Tie the GPU's timeline to the host clock at this moment (see the module doc)."""
-        torch = self._torch
-        if hard:
-            torch.cuda.synchronize(self.device)
-        best = None
-        for _ in range(5 if hard else 1):
-            ev = self._new_event()
-            h0 = _perf_ns()
-            ev.record(self._side)
-            ev.synchronize()
-            h1 = _perf_ns()
-            if best is None or h1 - h0 < best[2] - best[1]:
-                best = (ev, h0, h1)
-        ev, h0, h1 = best
-        width_s = (h1 - h0) / 1e9
-        if self.config.anchor_interval_s is not None:
-            self._next_anchor_ns = h1 + int(self.config.anchor_interval_s * 1e9)
-        if not hard and width_s > self.config.max_anchor_width_s:
-            self.stats.n_rejected_anchors += 1
-            return
-        host_s = self._to_s((h0 + h1) // 2)
-        if self._anchor_events:
-            pev, pg = self._anchor_events[self._anchor_k]
-            g = pg + pev.elapsed_time(ev) / 1e3
-            k = self._anchor_k + 1
-            prev = self._anchors[-1]
-            dg, dh = g - prev.gpu_s, host_s - prev.host_s
-            if dg >= 0.1 and not 0.99 < dh / dg < 1.01:
-                # Two clocks of one machine never differ by 1%: this anchor is wrong.
-                self.stats.n_rejected_anchors += 1
-                log.warning("dropped a clock anchor implying a rate of %.4f", dh / dg)
-                return
-        else:
-            g, k = 0.0, 0
-        self._anchors.append(ClockAnchor(g, host_s, width_s / 2))
-        self._anchor_events[k] = (ev, g)
-        self._anchor_k = k
-        self._cmap = None
-        self.stats.n_anchors = len(self._anchors)
-
-    def _release_anchor_events(self) -> None:
-        """Forget anchor events that no open or pending boundary refers to any more."""
-        if len(self._anchor_events) <= 2:
-            return
-        refs = [self._anchor_k]
-        refs.extend(e[4] for e in self._stack)
-        refs.extend(recs[0][3] for _, recs in self._pending if recs)
-        oldest = min(refs)
-        for k in [k for k in self._anchor_events if k < oldest]:
-            del self._anchor_events[k]
+        """cuda-events mode: resolve the pending steps whose events have completed."""
+        self.stats.max_pending_steps = max(self.stats.max_pending_steps, len(self._pending))
+        self._emit(self._events.resolve(self._pending, wait=wait))
+        self._events.release_anchor_events(self._stack, self._pending)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
     def flush(self, wait: bool = False) -> None:
         """Resolve what is ready (everything, waiting for the GPU, if `wait`) and flush the sink."""
-        if self.mode == "cuda-events":
+        if self._events is not None:
             self._poll(wait=wait)
         else:
             self._resolve_ready()
@@ -609,18 +462,17 @@ class PhaseRecorder:
                 self.stats.n_forced_closes += 1
                 self._close_top()
             self.end_step()
-            if self.mode == "cuda-events":
-                self._take_anchor(hard=True)
+            if self._events is not None:
+                self._events.take_anchor(hard=True)
                 self._poll(wait=True)
-                if len(self._anchors) > 1:
-                    self.stats.drift_ppm = self._clock_map().drift_ppm
+                self.stats.drift_ppm = self._events.drift_ppm()
             else:
                 self._resolve_ready()
             self.sink.flush()
         finally:
             self._closed = True
-            self._pool.clear()
-            self._anchor_events.clear()
+            if self._events is not None:
+                self._events.release()
             if self._close_sink and hasattr(self.sink, "close"):
                 self.sink.close()
             if self._record is not None:
@@ -637,7 +489,7 @@ class PhaseRecorder:
     @property
     def anchors(self) -> list[ClockAnchor]:
         """The anchors taken so far (cuda-events mode)."""
-        return list(self._anchors)
+        return self._events.anchors if self._events is not None else []
 
     @property
     def pending_steps(self) -> int:
