@@ -57,6 +57,11 @@ def _read_spans(rd: RunDir):
 
 def _devices(samples, device: str | None) -> list[str]:
     have = sorted(samples["device"].astype(str).unique())
+    if not have:
+        raise AttributionError(
+            "samples.csv holds no sensor readings: no energy was measured in this run (run.json's "
+            "notes say why, e.g. no NVIDIA driver), so there is nothing to attribute"
+        )
     if device is not None:
         if device not in have:
             raise AttributionError(f"no device {device!r} in samples.csv; devices: {have}")
