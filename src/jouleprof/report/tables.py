@@ -343,7 +343,8 @@ def exclusive_phase_times(spans: pd.DataFrame) -> pd.DataFrame:
 
 
 def phase_time_stats(spans: pd.DataFrame) -> pd.DataFrame:
-    """Per phase: exclusive time per step (mean, sd, median), steps seen, share of the step."""
+    """Per phase: exclusive time per step (mean, sd, median, 10th/90th percentile), steps seen,
+    share of the step."""
     ex = exclusive_phase_times(spans)
     n_steps = ex["step"].nunique()
     order = list(dict.fromkeys(ex["phase"]))
@@ -354,6 +355,8 @@ def phase_time_stats(spans: pd.DataFrame) -> pd.DataFrame:
             "time_per_step_s": [g.get_group(p).sum() / n_steps for p in order],
             "time_sd_s": [g.get_group(p).std(ddof=1) for p in order],
             "time_median_s": [g.get_group(p).median() for p in order],
+            "time_p10_s": [g.get_group(p).quantile(0.1) for p in order],
+            "time_p90_s": [g.get_group(p).quantile(0.9) for p in order],
             "steps_seen": [g.get_group(p).size for p in order],
         }
     )
