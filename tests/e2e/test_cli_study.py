@@ -1,0 +1,94 @@
+"""`jouleprof profile` and `jouleprof study` end to end on the CPU (tiny V-JEPA2), with reports."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("av")
+
+JP = [sys.executable, "-m", "jouleprof.cli.main"]
+
+
+def run(*args, timeout=600):
+    return subprocess.run([*JP, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def test_profile_writes_a_run_directory_and_a_report(tmp_path):
+    out = tmp_path / "run"
+    r = run(
+        "profile",
+        "vjepa2",
+        "--preset",
+        "tiny",
+        "--steps",
+        "4",
+        "--overhead-pairs",
+        "2",
+        "--num-workers",
+        "0",
+        "--out",
+        str(out),
+    )
+    assert r.returncode == 0, r.stderr
+    rec = json.loads((out / "run.json").read_text())
+    assert rec["status"] == "complete"
+    assert rec["summary"]["throughput_samples_per_s"]["value"] > 0
+    assert (out / "report.html").stat().st_size > 1000
+    assert (out / "spans.csv").read_text().count("\n") > 4 * 7
+
+
+def test_study_runs_resumes_and_reports(tmp_path):
+    out = tmp_path / "study"
+    args = (
+        "study",
+        "vjepa2",
+        "--preset",
+        "tiny",
+        "--batch-sizes",
+        "1,2",
+        "--modes",
+        "baseline,fine",
+        "--reps",
+        "1",
+        "--duration-s",
+        "1",
+        "--overhead-pairs",
+        "0",
+        "--out",
+        str(out),
+    )
+    r = run(*args)
+    assert r.returncode == 0, r.stderr
+    df = pd.read_csv(out / "runs.csv")
+    assert list(df["cell_id"]) == [
+        "bs1-baseline-r0",
+        "bs1-fine-r0",
+        "bs2-baseline-r0",
+        "bs2-fine-r0",
+    ]
+    assert (df["status"] == "complete").all(), df[["cell_id", "status", "error"]]
+    assert (out / "report.html").is_file()
+    # Rerunning the same command resumes: nothing is redone.
+    r = run(*args)
+    assert r.returncode == 0 and r.stderr.count("(done before)") == 4
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("--preset", "vit_gigantic"), "vit_huge"),
+        (("--modes", "turbo"), "baseline, e2e, fine"),
+        (("--batch-sizes", "a,b"), "comma-separated integers"),
+    ],
+)
+def test_study_bad_input_lists_what_is_valid(tmp_path, args, message):
+    r = run("study", "vjepa2", "--out", str(tmp_path / "s"), *args)
+    assert r.returncode != 0
+    assert message in r.stderr + r.stdout
+    assert not (tmp_path / "s" / "runs.csv").exists()
