@@ -76,3 +76,15 @@ def test_cell_runner_knows_every_mode():
     from jouleprof.bench.train import MODES
 
     assert tuple(m.value for m in Mode) == MODES
+
+
+def test_codecarbon_without_a_gpu_is_unavailable_not_zero(tmp_path):
+    pytest.importorskip("codecarbon")
+    from jouleprof.sensors.discover import open_sensors
+
+    with open_sensors(None, rapl=False) as found:
+        if found.sensors:
+            pytest.skip("a GPU is present: this checks the no-GPU path")
+    with modes.crosscheck("codecarbon", tmp_path, None) as cc:
+        pass
+    assert cc.gpu_energy_j is None and "no GPU" in cc.reason

@@ -218,14 +218,18 @@ def codecarbon_tracker(
         tracker.stop()
         data = getattr(tracker, "final_emissions_data", None)
         kwh = getattr(data, "gpu_energy", None) if data is not None else None
+        gpu_count = getattr(data, "gpu_count", None) if data is not None else None
         if kwh is None:
             result.reason = "codecarbon returned no GPU energy (see its log for why)"
+        elif not gpu_count:
+            # CodeCarbon reports 0 kWh for a GPU it did not find: not a measurement of zero.
+            result.reason = "codecarbon found no GPU to measure (it reports 0 kWh then)"
         else:
             result.gpu_energy_j = float(kwh) * J_PER_KWH
             result.duration_s = getattr(data, "duration", None)
             result.raw = {
                 k: getattr(data, k)
-                for k in ("gpu_energy", "energy_consumed", "gpu_power", "duration")
+                for k in ("gpu_energy", "energy_consumed", "gpu_power", "duration", "gpu_count")
                 if hasattr(data, k)
             }
 
