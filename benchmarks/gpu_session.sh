@@ -32,7 +32,7 @@ case "${1:-}" in
     mkdir -p /tmp/study
     [ -f .gpuwork/study.tar.gz ] && tar xzf .gpuwork/study.tar.gz -C /tmp
     $JP study vjepa2 --preset vit_huge --batch-sizes "${BATCH_SIZES:-1,2,4,8,16,32}" \
-        --modes baseline,e2e,fine --reps 3 --duration-s "${DURATION_S:-8}" --overhead-pairs 4 \
+        --modes baseline,e2e,fine --reps 3 --duration-s "${DURATION_S:-8}" --overhead-pairs 2 \
         --out /tmp/study --time-budget-s "${BUDGET_S:-480}" 2>&1 | tail -60
     tar czf "$OUT/study.tar.gz" -C /tmp study ;;
   *) echo "usage: $0 core|attr|study" >&2; exit 2 ;;

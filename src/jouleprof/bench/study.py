@@ -38,8 +38,11 @@ class StudySpec:
     duration_s: float = 60.0
     """Measured seconds per cell (after warm-up)."""
     data: str = "fake"
-    overhead_pairs: int = 4
-    """Fine cells: interleaved overhead block pairs."""
+    overhead_pairs: int = 2
+    """Fine cells: interleaved overhead block pairs (the precise overhead figure comes from a
+    dedicated `profile --overhead-pairs 6` run; here it is a per-cell check)."""
+    overhead_block_steps: int = 4
+    """Steps per overhead block in fine cells."""
     isolation_s: float = 0.0
     """Fine cells of rep 0: seconds to replay each phase alone (0: skip)."""
     gpus: tuple[int, ...] | None = None
@@ -85,6 +88,7 @@ def cell_config(spec: StudySpec, cell: dict[str, Any]) -> dict[str, Any]:
         "duration_s": spec.duration_s,
         "data": spec.data,
         "overhead_pairs": spec.overhead_pairs if fine else 0,
+        "overhead_block_steps": spec.overhead_block_steps,
         "isolation_s": spec.isolation_s if fine and cell["rep"] == 0 else 0.0,
         "gpus": list(spec.gpus) if spec.gpus is not None else None,
         "overrides": spec.overrides,

@@ -37,8 +37,8 @@ def study_cmd(
         str, typer.Option(help="'fake' (FakeVideo), a clip folder or a CSV of paths.")
     ] = "fake",
     overhead_pairs: Annotated[
-        int, typer.Option(help="Fine cells: interleaved overhead block pairs.")
-    ] = 4,
+        int, typer.Option(help="Fine cells: interleaved overhead block pairs (0 or ≥ 2).")
+    ] = 2,
     isolation_s: Annotated[
         float, typer.Option(help="Fine cells of rep 0: seconds per phase replay.")
     ] = 0.0,
