@@ -85,6 +85,8 @@ def test_study_runs_resumes_and_reports(tmp_path):
         (("--preset", "vit_gigantic"), "vit_huge"),
         (("--modes", "turbo"), "baseline, e2e, fine"),
         (("--batch-sizes", "a,b"), "comma-separated integers"),
+        (("--set", "compile=maybe"), "compile must be true or false"),
+        (("--set", "nosuch=1"), "valid fields"),
     ],
 )
 def test_study_bad_input_lists_what_is_valid(tmp_path, args, message):
@@ -92,3 +94,13 @@ def test_study_bad_input_lists_what_is_valid(tmp_path, args, message):
     assert r.returncode != 0
     assert message in r.stderr + r.stdout
     assert not (tmp_path / "s" / "runs.csv").exists()
+
+
+def test_set_parses_json_values():
+    from jouleprof.cli.study import parse_overrides
+
+    assert parse_overrides(["compile=True", "grad_accum_steps=4", "optimizer_impl=foreach"]) == {
+        "compile": True,
+        "grad_accum_steps": 4,
+        "optimizer_impl": "foreach",
+    }

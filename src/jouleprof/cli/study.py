@@ -20,6 +20,24 @@ def _ints(text: str, flag: str) -> tuple[int, ...]:
     return out
 
 
+def parse_overrides(items: list[str]) -> dict[str, object]:
+    """["compile=true", "grad_accum_steps=4"] -> {"compile": True, "grad_accum_steps": 4}."""
+    import json
+
+    out: dict[str, object] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip():
+            raise typer.BadParameter(f"--set takes KEY=VALUE, got {item!r}")
+        try:
+            out[key.strip()] = json.loads(
+                text.strip().lower() if text.strip().lower() in ("true", "false") else text
+            )
+        except json.JSONDecodeError:
+            out[key.strip()] = text
+    return out
+
+
 def study_cmd(
     workload: Annotated[str, typer.Argument(help="Workload: vjepa2.")] = "vjepa2",
     preset: Annotated[str, typer.Option(help="tiny, vit_base, vit_large, vit_huge.")] = "vit_huge",
@@ -52,6 +70,14 @@ def study_cmd(
         Path, typer.Option(help="Study directory (rerun the same command to resume).")
     ] = Path("jouleprof-runs/study"),
     report: Annotated[bool, typer.Option(help="Write report.html when done.")] = True,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set",
+            help="Workload config field for every cell, KEY=VALUE (repeatable), e.g. "
+            "--set activation_checkpointing=true --set optimizer_impl=foreach.",
+        ),
+    ] = None,
     time_budget_s: Annotated[
         float | None, typer.Option(help="Start no new cell after this long (rerun to resume).")
     ] = None,
@@ -75,11 +101,12 @@ def study_cmd(
             isolation_s=isolation_s,
             gpus=parse_gpus(gpus),
             cell_timeout_s=cell_timeout_s,
+            overrides=parse_overrides(set_ or []),
         )
         from jouleprof.bench import workloads
 
         wl = workloads.get(workload)
-        wl.config(preset, None, None, {})  # an unknown preset fails here, before any cell
+        wl.config(preset, None, None, spec.overrides)  # a bad preset or field fails here
     except ValueError as e:
         fail(str(e))
     runner = None

@@ -99,6 +99,9 @@ class VJepa2Config:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
+        for name in ("activation_checkpointing", "compile"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{name} must be true or false, got {getattr(self, name)!r}")
         pairs = (
             ("encoder_width", "encoder_heads"),
             ("predictor_width", "predictor_heads"),
