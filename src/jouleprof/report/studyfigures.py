@@ -34,6 +34,15 @@ def _bs_axis(ax, batch_sizes: list[int]) -> None:
     ax.set_xlabel("batch size")
 
 
+def _finish_bs_axes(fig, axes_row, batch_sizes: list[int], title: str, **legend_kw) -> None:
+    """Batch-size axes, legends where something is labelled, and the figure title."""
+    for ax in axes_row:
+        _bs_axis(ax, batch_sizes)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8, **legend_kw)
+    fig.suptitle(title, fontsize=10)
+
+
 def _mode_lines(
     ax, agg: pd.DataFrame, metric: str, modes: list[str], bss: list[int], scale: float = 1.0
 ) -> list[str]:
@@ -73,11 +82,7 @@ def batch_effect_plot(agg: pd.DataFrame, modes: list[str], bss: list[int], out: 
     axes[0, 0].set_ylabel("throughput (samples/s)")
     g2 = _mode_lines(axes[0, 1], agg, "energy_per_1000_samples_kwh", modes, bss)
     axes[0, 1].set_ylabel("GPU energy per 1,000 samples (kWh)")
-    for ax in axes[0]:
-        _bs_axis(ax, bss)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=8, title="mode", title_fontsize=8)
-    fig.suptitle(title, fontsize=10)
+    _finish_bs_axes(fig, axes[0], bss, title, title="mode", title_fontsize=8)
     gone = sorted(set(g1 + g2))
     return Plot(
         name,
@@ -279,11 +284,7 @@ def overhead_plot(ov: pd.DataFrame, bss: list[int], out: Path) -> Plot:
         )
     axes[0, 1].axhline(0.0, color="k", lw=0.8)
     axes[0, 1].set_ylabel("recorder overhead (% of step time)")
-    for ax in axes[0]:
-        _bs_axis(ax, bss)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=8)
-    fig.suptitle(title, fontsize=10)
+    _finish_bs_axes(fig, axes[0], bss, title)
     return Plot(
         name,
         title,
@@ -347,11 +348,7 @@ def efficiency_plot(agg: pd.DataFrame, modes: list[str], bss: list[int], out: Pa
         axes[0, 1].plot(fl.index, fl.to_numpy(), "k--", lw=1, label="floor (FLOPs / 1.13 TFLOP/J)")
     axes[0, 1].set_yscale("log")
     axes[0, 1].set_ylabel("GPU energy per sample (J)")
-    for ax in axes[0]:
-        _bs_axis(ax, bss)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=8)
-    fig.suptitle(title, fontsize=10)
+    _finish_bs_axes(fig, axes[0], bss, title)
     return Plot(
         name,
         title,
