@@ -34,13 +34,13 @@ def _bs_axis(ax, batch_sizes: list[int]) -> None:
     ax.set_xlabel("batch size")
 
 
-def _finish_bs_axes(fig, axes_row, batch_sizes: list[int], title: str, **legend_kw) -> None:
+def _finish_bs_axes(fig, axes_row, batch_sizes: list[int], fig_title: str, **legend_kw) -> None:
     """Batch-size axes, legends where something is labelled, and the figure title."""
     for ax in axes_row:
         _bs_axis(ax, batch_sizes)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8, **legend_kw)
-    fig.suptitle(title, fontsize=10)
+    fig.suptitle(fig_title, fontsize=10)
 
 
 def _mode_lines(
