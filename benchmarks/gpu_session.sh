@@ -3,6 +3,7 @@
 #   bash benchmarks/gpu_session.sh core    # measurement core: sensors, idle, matmul, sampler cost
 #   bash benchmarks/gpu_session.sh attr    # V-JEPA2 vit_huge fine run: overhead + 3 attribution methods
 #   bash benchmarks/gpu_session.sh study   # the batch-size × mode study; resumable across calls
+# A dry run on a CPU: PRESET=tiny BATCH=2 ATTR_S=3 ISO_S=1 WORKERS=0 OUT=/tmp/o bash ... attr
 # Carry .whl (the av wheel, for FakeVideo's PyAV decoding) and, for study, .gpuwork (the
 # study's state from the previous call, a tarball fetched from $OUT and copied there).
 set -uo pipefail
@@ -23,15 +24,16 @@ case "${1:-}" in
     tar czf "$OUT/measure_core.tar.gz" -C /tmp measure_core ;;
   attr)
     stamp attr
-    $JP profile vjepa2 --preset vit_huge --batch-size 8 --mode fine --duration-s 60 \
-        --isolation-s 6 --overhead-pairs 6 --num-workers 12 --out /tmp/attr_vith_b8 2>&1 | tail -40
+    $JP profile vjepa2 --preset "${PRESET:-vit_huge}" --batch-size "${BATCH:-8}" --mode fine \
+        --duration-s "${ATTR_S:-60}" --isolation-s "${ISO_S:-6}" --overhead-pairs 6 \
+        --num-workers "${WORKERS:-12}" --out /tmp/attr_vith_b8 2>&1 | tail -40
     python3 benchmarks/attribution_compare.py /tmp/attr_vith_b8 --json /tmp/attr_vith_b8/compare.json
     tar czf "$OUT/attr_vith_b8.tar.gz" -C /tmp attr_vith_b8 ;;
   study)
     stamp study
     mkdir -p /tmp/study
     [ -f .gpuwork/study.tar.gz ] && tar xzf .gpuwork/study.tar.gz -C /tmp
-    $JP study vjepa2 --preset vit_huge --batch-sizes "${BATCH_SIZES:-1,2,4,8,16,32}" \
+    $JP study vjepa2 --preset "${PRESET:-vit_huge}" --batch-sizes "${BATCH_SIZES:-1,2,4,8,16,32}" \
         --modes baseline,e2e,fine --reps 3 --duration-s "${DURATION_S:-8}" --overhead-pairs 2 \
         --out /tmp/study --time-budget-s "${BUDGET_S:-480}" 2>&1 | tail -60
     tar czf "$OUT/study.tar.gz" -C /tmp study ;;
