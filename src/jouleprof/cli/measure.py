@@ -69,7 +69,11 @@ def measure_cmd(
     ] = 1.0,
     rapl: Annotated[bool, typer.Option(help="Read CPU energy through RAPL if readable.")] = True,
     json_out: Annotated[
-        bool, typer.Option("--json", help="Print run.json's summary as JSON.")
+        bool,
+        typer.Option(
+            "--json",
+            help="Print the summary as JSON on stdout, after the command's own output.",
+        ),
     ] = False,
     simulate_gpu_w: Annotated[
         float | None,
