@@ -34,13 +34,19 @@ def per_step(run_dir: Path, method: str) -> pd.DataFrame | None:
     df["energy_per_step_j"] = df["energy_j"] / steps
     df["lo_per_step_j"] = df["energy_lo_j"] / steps
     df["hi_per_step_j"] = df["energy_hi_j"] / steps
-    return df.groupby("top")[["energy_per_step_j", "lo_per_step_j", "hi_per_step_j"]].sum(min_count=1)
+    return df.groupby("top")[["energy_per_step_j", "lo_per_step_j", "hi_per_step_j"]].sum(
+        min_count=1
+    )
 
 
 def compare(run_dir: Path) -> dict:
     tables = {m: per_step(run_dir, m) for m in METHODS}
     iso = tables["isolation"]
-    out: dict = {"run_dir": str(run_dir), "phases": {}, "missing": [m for m, t in tables.items() if t is None]}
+    out: dict = {
+        "run_dir": str(run_dir),
+        "phases": {},
+        "missing": [m for m, t in tables.items() if t is None],
+    }
     if iso is None:
         out["verdict"] = "no isolation reference in this run (use --isolation-s)"
         return out
@@ -72,13 +78,23 @@ def main() -> None:
     res = compare(a.run_dir)
     if a.json:
         a.json.write_text(json.dumps(res, indent=1))
-    print(f"{'phase':12s} {'share%':>7s} {'isol J':>9s} {'regr J':>9s} {'regr%':>7s} {'prop J':>9s} {'prop%':>7s}")
+    cols = ("phase", "share%", "isol J", "regr J", "regr%", "prop J", "prop%")
+    print(" ".join(f"{c:>9s}" for c in cols))
+    fields = (
+        ("share_pct", "9.1f"),
+        ("isolation_j", "9.3f"),
+        ("regression_j", "9.3f"),
+        ("regression_vs_isolation_pct", "+9.1f"),
+        ("proportional_j", "9.3f"),
+        ("proportional_vs_isolation_pct", "+9.1f"),
+    )
     for ph, r in res["phases"].items():
-        f = lambda k, fmt: format(r[k], fmt) if r.get(k) is not None else "—"  # noqa: E731
-        print(f"{ph:12s} {f('share_pct', '7.1f')} {f('isolation_j', '9.3f')} {f('regression_j', '9.3f')} "
-              f"{f('regression_vs_isolation_pct', '+7.1f')} {f('proportional_j', '9.3f')} "
-              f"{f('proportional_vs_isolation_pct', '+7.1f')}")
-    print("regression within 5% of isolation for phases ≥2% of energy:", res.get("regression_meets_target"))
+        cells = [format(r[k], fmt) if r.get(k) is not None else f"{'—':>9s}" for k, fmt in fields]
+        print(f"{ph:>9s} " + " ".join(cells))
+    print(
+        "regression within 5% of isolation for phases ≥2% of energy:",
+        res.get("regression_meets_target"),
+    )
     sys.exit(0)
 
 

@@ -47,13 +47,17 @@ def main() -> None:
         if args.square_wave_s > 0:
             time.sleep(min(args.square_wave_s, max(t_end - time.perf_counter(), 0)))
     flops = 2.0 * args.n**3 * n_products
-    print(json.dumps({
-        "seconds": args.seconds,
-        "square_wave_s": args.square_wave_s,
-        "products": n_products,
-        "busy_s": busy_s,
-        "tflops_while_busy": flops / busy_s / 1e12 if busy_s else None,
-    }))
+    print(
+        json.dumps(
+            {
+                "seconds": args.seconds,
+                "square_wave_s": args.square_wave_s,
+                "products": n_products,
+                "busy_s": busy_s,
+                "tflops_while_busy": flops / busy_s / 1e12 if busy_s else None,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import time
@@ -34,8 +33,14 @@ def sh(cmd: list[str], **kw) -> subprocess.CompletedProcess:
 
 
 def load_cmd(seconds: float, square_wave_s: float = 0.0) -> list[str]:
-    return [sys.executable, str(HERE / "load_matmul.py"), "--seconds", str(seconds),
-            "--square-wave-s", str(square_wave_s)]
+    return [
+        sys.executable,
+        str(HERE / "load_matmul.py"),
+        "--seconds",
+        str(seconds),
+        "--square-wave-s",
+        str(square_wave_s),
+    ]
 
 
 def refresh_alignment(out: Path, seconds: float) -> dict:
@@ -63,17 +68,24 @@ def refresh_alignment(out: Path, seconds: float) -> dict:
 
     df = pd.DataFrame(rows, columns=list(SAMPLE_COLUMNS))
     df.to_csv(out / "refresh_alignment_samples.csv", index=False)
-    res: dict = {"seconds": seconds, "interval_s": 0.005, "mean_counter_read_s": s.stats.mean_counter_read_s,
-                 "max_counter_read_s": s.stats.max_counter_read_s, "signals": {}}
+    res: dict = {
+        "seconds": seconds,
+        "interval_s": 0.005,
+        "mean_counter_read_s": s.stats.mean_counter_read_s,
+        "max_counter_read_s": s.stats.max_counter_read_s,
+        "signals": {},
+    }
     t = df["t_s"].to_numpy()
     grids = {}
     for sig in ("power_instant_w", "power_w", "energy_j"):
         v = df[sig].to_numpy(dtype=float)
         est = detect_refresh(t, v, sig, min_updates=5)
         lo, hi = update_brackets(t, v)
-        res["signals"][sig] = {"n_updates": int(len(lo)),
-                               "median_bracket_s": float(np.median(hi - lo)) if len(lo) else None,
-                               "grid": est.to_json() if est else None}
+        res["signals"][sig] = {
+            "n_updates": int(len(lo)),
+            "median_bracket_s": float(np.median(hi - lo)) if len(lo) else None,
+            "grid": est.to_json() if est else None,
+        }
         grids[sig] = est
     base = grids.get("power_instant_w")
     for sig, est in grids.items():
@@ -92,8 +104,12 @@ def sampler_cost(interval_s: float, seconds: float, counter: str) -> dict:
     from jouleprof.sensors.sampler import ListSink, Sampler, SamplerConfig
 
     if counter == "sparse":
-        cfg = SamplerConfig(interval_s=interval_s, counter_interval_s=1.0, counter_dense_s=0.0,
-                            counter_burst_every_s=30.0)
+        cfg = SamplerConfig(
+            interval_s=interval_s,
+            counter_interval_s=1.0,
+            counter_dense_s=0.0,
+            counter_burst_every_s=30.0,
+        )
     else:
         cfg = SamplerConfig(interval_s=interval_s, counter_interval_s=0.1)
     sensor = NvmlSensor([0])
@@ -107,12 +123,28 @@ def sampler_cost(interval_s: float, seconds: float, counter: str) -> dict:
 
 
 def measured(out_dir: Path, cmd: list[str], idle_s: float = 2.0) -> dict:
-    r = sh([*JP, "measure", "--gpus", "0", "--out", str(out_dir), "--idle-s", str(idle_s), "--json", "--", *cmd])
+    r = sh(
+        [
+            *JP,
+            "measure",
+            "--gpus",
+            "0",
+            "--out",
+            str(out_dir),
+            "--idle-s",
+            str(idle_s),
+            "--json",
+            "--",
+            *cmd,
+        ]
+    )
     if r.returncode != 0:
         return {"error": r.stderr[-2000:], "returncode": r.returncode}
     # stdout also carries the child's own output: read the summary from run.json.
     summary = json.loads((out_dir / "run.json").read_text())["summary"]
-    return {k: summary[k].get("value") for k in summary} | {"_signals": {k: summary[k].get("signal") for k in summary}}
+    return {k: summary[k].get("value") for k in summary} | {
+        "_signals": {k: summary[k].get("signal") for k in summary}
+    }
 
 
 def main() -> None:
@@ -124,8 +156,13 @@ def main() -> None:
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     results: dict = {"started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-    smi = sh(["nvidia-smi", "--query-gpu=name,driver_version,power.limit,clocks.max.sm,pstate,persistence_mode",
-              "--format=csv,noheader"])
+    smi = sh(
+        [
+            "nvidia-smi",
+            "--query-gpu=name,driver_version,power.limit,clocks.max.sm,pstate,persistence_mode",
+            "--format=csv,noheader",
+        ]
+    )
     results["nvidia_smi"] = smi.stdout.strip()
 
     r = sh([*JP, "sensors", "--json", "--probe-s", "3"])
@@ -164,17 +201,30 @@ def main() -> None:
     ra = results["refresh_alignment"]
     for sig, v in ra["signals"].items():
         g = v.get("grid") or {}
-        print(f"refresh {sig:16s} period={g.get('period_s')} jitter={g.get('jitter_s')} "
-              f"offset_vs_instant={v.get('offset_vs_instant_s')} n={v['n_updates']}")
+        print(
+            f"refresh {sig:16s} period={g.get('period_s')} jitter={g.get('jitter_s')} "
+            f"offset_vs_instant={v.get('offset_vs_instant_s')} n={v['n_updates']}"
+        )
     print("counter read s: mean", ra["mean_counter_read_s"], "max", ra["max_counter_read_s"])
-    print("idle power W:", results["idle"].get("gpu0.idle_power_w"), "avg during sleep:", results["idle"].get("gpu0.avg_power_w"))
+    print(
+        "idle power W:",
+        results["idle"].get("gpu0.idle_power_w"),
+        "avg during sleep:",
+        results["idle"].get("gpu0.avg_power_w"),
+    )
     for m in runs:
-        print(f"{m.get('pattern')} rep{m.get('rep')}: E={m.get('gpu0.energy_j')} J "
-              f"P={m.get('gpu0.avg_power_w')} W inst={m.get('gpu0.crosscheck_instant_pct')}% "
-              f"avg={m.get('gpu0.crosscheck_avg_pct')}% peak={m.get('gpu0.peak_power_w')}", m.get("error", ""))
+        print(
+            f"{m.get('pattern')} rep{m.get('rep')}: E={m.get('gpu0.energy_j')} J "
+            f"P={m.get('gpu0.avg_power_w')} W inst={m.get('gpu0.crosscheck_instant_pct')}% "
+            f"avg={m.get('gpu0.crosscheck_avg_pct')}% peak={m.get('gpu0.peak_power_w')}",
+            m.get("error", ""),
+        )
     for c in results["sampler_cost"]:
-        print(f"sampler {c['interval_s']*1e3:.0f} ms, counter {c['counter']}: cpu {c['cpu_fraction_of_core']:.4f} of a core, "
-              f"polls {c['n_polls']}, counter reads {c['n_counter_reads']}, mean counter read {c['mean_counter_read_s']}")
+        print(
+            f"sampler {c['interval_s'] * 1e3:.0f} ms, counter {c['counter']}: "
+            f"cpu {c['cpu_fraction_of_core']:.4f} of a core, polls {c['n_polls']}, "
+            f"counter reads {c['n_counter_reads']}, mean counter read {c['mean_counter_read_s']}"
+        )
 
 
 if __name__ == "__main__":

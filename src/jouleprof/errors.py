@@ -8,7 +8,7 @@ class JouleprofError(Exception):
 
 
 class SensorError(JouleprofError):
-    """A sensor could not be opened or read. Vendor errors are mapped to this in the sensor module."""
+    """A sensor could not be opened or read (vendor errors are mapped to this in each sensor)."""
 
 
 class SensorUnavailable(SensorError):

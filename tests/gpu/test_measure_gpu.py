@@ -16,10 +16,27 @@ LOAD = Path(__file__).resolve().parents[2] / "benchmarks" / "load_matmul.py"
 def test_measure_matmul_load_counter_agrees_with_power(tmp_path):
     pytest.importorskip("torch")
     r = subprocess.run(
-        [sys.executable, "-m", "jouleprof.cli.main", "measure", "--gpus", "0", "--out",
-         str(tmp_path / "run"), "--idle-s", "1.5", "--json", "--",
-         sys.executable, str(LOAD), "--seconds", "6"],
-        capture_output=True, text=True, timeout=180,
+        [
+            sys.executable,
+            "-m",
+            "jouleprof.cli.main",
+            "measure",
+            "--gpus",
+            "0",
+            "--out",
+            str(tmp_path / "run"),
+            "--idle-s",
+            "1.5",
+            "--json",
+            "--",
+            sys.executable,
+            str(LOAD),
+            "--seconds",
+            "6",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
     )
     assert r.returncode == 0, r.stderr
     # stdout also carries the load's own output line: the summary is read from run.json.

@@ -145,8 +145,13 @@ def fit_jitter_grid(t_s: np.ndarray, values: np.ndarray, grid: RefreshEstimate) 
         offset_se = max(offset_se, se_floor, 1e-3)
     period_se = float(se[1]) if np.isfinite(se[1]) and se[1] > 0 else offset_se * 3.5 / len(t0)
     refit = RefreshEstimate(
-        grid.signal, float(p), float(a % p), float(s), int(changed.sum()),
-        grid.median_read_gap_s, f"{grid.method} + mle",
+        grid.signal,
+        float(p),
+        float(a % p),
+        float(s),
+        int(changed.sum()),
+        grid.median_read_gap_s,
+        f"{grid.method} + mle",
     )
     return JitterGrid(refit, s, jitter_se, offset_se, period_se, a, len(t0), "mle")
 
