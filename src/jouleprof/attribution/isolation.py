@@ -150,19 +150,18 @@ def results_from_windows(samples, windows_path: str | os.PathLike[str], device: 
     Raises:
         AttributionError: a window's energy cannot be measured (the reason is given).
     """
-    from jouleprof.sensors.refresh import detect_device_refresh
     from jouleprof.store.isolation import read_isolation_windows
     from jouleprof.timeline.summary import best_energy
-    from jouleprof.timeline.windows import window_energies
+    from jouleprof.timeline.windows import signal_grids, window_energies
 
     try:
         windows = read_isolation_windows(windows_path)
     except ValueError as e:
         raise RunDirError(str(e)) from e
-    refresh = detect_device_refresh(samples, device)
+    grids = signal_grids(samples, device)  # once for every window
     out = []
     for w in windows:
-        wins = window_energies(samples, device, w.t0_s, w.t1_s, refresh)
+        wins = window_energies(samples, device, w.t0_s, w.t1_s, grids=grids)
         best = best_energy(wins)
         if best is None or best.energy_j is None:
             why = "; ".join(f"{k}: {v.reason}" for k, v in wins.items())

@@ -15,9 +15,8 @@ from dataclasses import dataclass
 from jouleprof.attribution.common import IDLE, Timeline
 from jouleprof.attribution.result import DeviceAttribution, PhaseResult
 from jouleprof.errors import AttributionError
-from jouleprof.sensors.refresh import detect_device_refresh
 from jouleprof.timeline.summary import best_energy
-from jouleprof.timeline.windows import window_energies
+from jouleprof.timeline.windows import signal_grids, window_energies
 
 METHOD = "proportional"
 
@@ -43,11 +42,11 @@ def measured_steps_energy(samples, timeline: Timeline, device: str) -> MeasuredE
     Raises:
         AttributionError: no signal can give a run's energy.
     """
-    refresh = detect_device_refresh(samples, device)
+    grids = signal_grids(samples, device)  # once for every run of steps
     total, lo, hi, time_s = 0.0, 0.0, 0.0, 0.0
     signals, short = set(), False
     for r0, r1 in timeline.runs_s:
-        wins = window_energies(samples, device, r0, r1, refresh)
+        wins = window_energies(samples, device, r0, r1, grids=grids)
         best = best_energy(wins)
         if best is None or best.energy_j is None:
             reasons = "; ".join(f"{k}: {w.reason}" for k, w in wins.items())

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from jouleprof.sensors.refresh import RefreshEstimate, detect_device_refresh
-from jouleprof.timeline.windows import WindowEnergy, window_energies
+from jouleprof.sensors.refresh import RefreshEstimate
+from jouleprof.timeline.windows import WindowEnergy, signal_grids, window_energies
 from jouleprof.types import Figure
 
 
@@ -59,8 +59,9 @@ def device_summary(
     """
     d = samples[samples["device"] == device]
     out: dict[str, Figure] = {}
+    grids = signal_grids(samples, device)  # once, for the work and the idle windows
     if refresh is None:
-        refresh = detect_device_refresh(samples, device)
+        refresh = grids["energy_j"]
     if refresh is not None:
         out["refresh_period_s"] = Figure.measured(
             refresh.period_s, "s", signal=refresh.signal, reason=f"detected ({refresh.method})"
@@ -69,7 +70,7 @@ def device_summary(
         out["refresh_period_s"] = Figure.unavailable(
             "s", "too few updates seen, or reads too sparse, to detect the refresh period"
         )
-    wins = window_energies(samples, device, work.t0_s, work.t1_s, refresh)
+    wins = window_energies(samples, device, work.t0_s, work.t1_s, refresh, grids)
     best = best_energy(wins)
     is_gpu = device.startswith(("gpu", "sim"))
     out["energy_j"] = (
@@ -107,7 +108,7 @@ def device_summary(
         elif is_gpu:
             out[key] = Figure.unavailable(unit, f"no {col} readings during the run")
     if idle is not None and idle.duration_s > 0:
-        iw = best_energy(window_energies(samples, device, idle.t0_s, idle.t1_s, refresh))
+        iw = best_energy(window_energies(samples, device, idle.t0_s, idle.t1_s, refresh, grids))
         if iw is not None:
             idle_w = iw.energy_j / idle.duration_s
             out["idle_power_w"] = Figure.measured(

@@ -171,18 +171,40 @@ def power_window(
     )
 
 
+def signal_grids(samples, device: str) -> dict[str, RefreshEstimate | None]:
+    """The refresh grid of each energy signal of `device`, keyed by samples.csv column.
+
+    Detect once and pass to `window_energies(..., grids=)` when measuring many windows.
+    """
+    from jouleprof.sensors.refresh import detect_device_refresh
+
+    d = samples[samples["device"] == device]
+    out: dict[str, RefreshEstimate | None] = {}
+    for col in SIGNAL_COLUMNS.values():
+        has = col in d.columns and d[col].notna().any()
+        out[col] = detect_device_refresh(d, device, col) if has else None
+    return out
+
+
 def window_energies(
-    samples, device: str, t0_s: float, t1_s: float, refresh: RefreshEstimate | None = None
+    samples,
+    device: str,
+    t0_s: float,
+    t1_s: float,
+    refresh: RefreshEstimate | None = None,
+    grids: dict[str, RefreshEstimate | None] | None = None,
 ) -> dict[str, WindowEnergy]:
     """Energy of [t0_s, t1_s] on `device` from every signal recorded in `samples` (a DataFrame).
 
-    `refresh` is the counter's grid (from `detect_device_refresh`); the power fields' own grids
-    are detected here. A grid of another signal is not used for the counter.
+    Each signal is placed on its own refresh grid (the counter and the power fields do not tick
+    together on an H200): `grids` from `signal_grids`, detected here when not given. `refresh`,
+    if given, is the counter's grid and wins over grids["energy_j"]. A grid of another signal is
+    never used for the counter.
     """
     if t1_s < t0_s:
         raise ValueError(f"window ends before it starts: [{t0_s}, {t1_s}]")
-    from jouleprof.sensors.refresh import detect_device_refresh
-
+    if grids is None:
+        grids = signal_grids(samples, device)
     d = samples[samples["device"] == device]
     t = d["t_s"].to_numpy(dtype=float)
     out: dict[str, WindowEnergy] = {}
@@ -191,13 +213,11 @@ def window_energies(
             out[name] = _unavailable(name, t0_s, t1_s, f"no {col} readings for {device}")
             continue
         v = d[col].to_numpy(dtype=float)
+        grid = refresh if name == "counter" and refresh is not None else grids.get(col)
         if name == "counter":
-            grid = refresh if refresh is not None and refresh.signal == "energy_j" else None
+            grid = grid if grid is not None and grid.signal == "energy_j" else None
             out[name] = counter_window(t, v, t0_s, t1_s, grid)
         else:
-            # Each power field is placed on its own refresh grid (it does not tick with the
-            # counter on an H200).
             avg = INSTANT_WINDOW_S if name == "power_instant" else AVERAGE_WINDOW_S
-            grid = detect_device_refresh(d, device, col) if len(d) else None
             out[name] = power_window(t, v, t0_s, t1_s, name, avg, grid)
     return out
