@@ -156,13 +156,10 @@ def attribute_cell(rd: RunDir) -> dict[str, Any]:
             status[method] = {"ok": False, "reason": str(e)}
             continue
         df = res.to_frame()
-        rd.write_phases(df)  # phases.csv: the last written wins; regression is written below
-        os.replace(rd.path / "phases.csv", rd.path / f"phases_{method}.csv")
+        rd.write_phases(df, f"phases_{method}.csv")
+        if method == "regression":
+            rd.write_phases(df)  # phases.csv is the regression's
         status[method] = {"ok": True}
-    if status.get("regression", {}).get("ok"):
-        import shutil
-
-        shutil.copyfile(rd.path / "phases_regression.csv", rd.path / "phases.csv")
     return status
 
 

@@ -179,13 +179,14 @@ class RunDir:
     def read_phases(self):  # -> pandas.DataFrame
         return self._read_csv(PHASES_CSV, PHASE_COLUMNS)
 
-    def write_phases(self, df) -> Path:
-        """Write phases.csv (a DataFrame with at least PHASE_COLUMNS) atomically."""
+    def write_phases(self, df, name: str = PHASES_CSV) -> Path:
+        """Write phases.csv (or another `name`, e.g. phases_regression.csv) atomically; `df`
+        holds at least PHASE_COLUMNS."""
         missing = [c for c in PHASE_COLUMNS if c not in df.columns]
         if missing:
             raise ValueError(f"phases table lacks columns {missing}")
         cols = list(PHASE_COLUMNS) + [c for c in df.columns if c not in PHASE_COLUMNS]
-        out = self.path / PHASES_CSV
+        out = self.path / name
         tmp = out.with_suffix(".csv.tmp")
         df[cols].to_csv(tmp, index=False)
         os.replace(tmp, out)
