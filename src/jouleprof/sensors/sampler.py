@@ -159,7 +159,7 @@ class Sampler:
             for s in sensors
             for d in s.devices
         ]
-        self._dense_until_s = float("-inf")  # set at start() and by densify()
+        self._dense_until_s = float("-inf")  # set by mark_start() and densify()
         self._started_s = 0.0
         self._buffer: list[Sample] = []
         self._rng = random.Random(0x6A71)
@@ -252,11 +252,18 @@ class Sampler:
             if st.slow_counter:
                 st.next_counter_t_s = min(st.next_counter_t_s, self.clock.now_s())
 
+    def mark_start(self) -> None:
+        """Take now as the run's start (its dense counter stretch and bursts count from here).
+
+        `start()` does this; call it directly when driving `poll_once` in virtual time.
+        """
+        self._started_s = self.clock.now_s()
+        self._dense_until_s = self._started_s + self.config.counter_dense_s
+
     def start(self) -> Sampler:
         if self._thread is not None:
             raise RuntimeError("Sampler.start() called twice")
-        self._started_s = self.clock.now_s()
-        self._dense_until_s = self._started_s + self.config.counter_dense_s
+        self.mark_start()
         self._stop.clear()
         self.poll_once(force_counter=True)  # the run's first edge: every counter read
         self._thread = threading.Thread(target=self._loop, name="jouleprof-sampler", daemon=True)

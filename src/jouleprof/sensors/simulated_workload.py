@@ -135,7 +135,7 @@ def simulate_training(
     scfg = sampler_config or SamplerConfig(interval_s=interval_s)
     interval_s = scfg.interval_s
     sampler = Sampler([gpu], sink, scfg, clock=clock)
-    sampler._dense_until_s = scfg.counter_dense_s  # what start() does on a real clock
+    sampler.mark_start()
     end = schedule.end_s
     dither = sampler.config.dither
     t, first = 0.0, True
