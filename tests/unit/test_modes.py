@@ -72,12 +72,6 @@ def test_import_of_modes_stays_light():
     assert "codecarbon" not in sys.modules and "zeus" not in sys.modules
 
 
-def test_cell_runner_knows_every_mode():
-    from jouleprof.bench.train import MODES
-
-    assert tuple(m.value for m in Mode) == MODES
-
-
 def test_codecarbon_without_a_gpu_is_unavailable_not_zero(tmp_path):
     pytest.importorskip("codecarbon")
     from jouleprof.sensors.discover import open_sensors

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from jouleprof.bench.modes import Mode
 from jouleprof.bench.warmup import WarmupRule
 from jouleprof.timeline.markers import NullRecorder
 
@@ -32,7 +33,7 @@ log = logging.getLogger(__name__)
 STEPS_CSV = "steps.csv"
 OVERHEAD_SPANS_CSV = "overhead_spans.csv"
 STEP_COLUMNS = ("step", "segment", "host_t1_s", "host_step_s", "samples", "recorded")
-MODES = ("baseline", "e2e", "fine", "codecarbon", "zeus")  # the values of bench.modes.Mode
+MODES = tuple(m.value for m in Mode)
 
 
 @dataclass(frozen=True)
@@ -130,7 +131,7 @@ def run_cell(cfg: CellConfig, out: str | Path) -> Path:
     """
     from jouleprof.bench import workloads
     from jouleprof.bench.cellsummary import finish_cell
-    from jouleprof.bench.modes import Mode, require
+    from jouleprof.bench.modes import require
     from jouleprof.measure import measure
     from jouleprof.store.rundir import CsvAppender
 
