@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
-# What to run on the H200 (device tool), one stage per call, each well inside 10 minutes.
-#   bash benchmarks/gpu_session.sh core    # measurement core: sensors, idle, matmul, sampler cost
+# What to run on the lent H200 (device tool), one stage per call, each inside 10 minutes.
+#   bash benchmarks/gpu_session.sh core    # tests/gpu, then measure_core (sensors, idle, matmul, sampler cost)
+#   bash benchmarks/gpu_session.sh first   # tests/gpu, sampler cost, attr, then the study until DEADLINE_S
 #   bash benchmarks/gpu_session.sh attr    # V-JEPA2 vit_huge fine run: overhead + 3 attribution methods
-#   bash benchmarks/gpu_session.sh study   # the batch-size × mode study; resumable across calls
+#   bash benchmarks/gpu_session.sh study   # the batch-size × mode study until DEADLINE_S; resumable
+# DEADLINE_S (default 540): seconds after the call's start by which the study starts no new cell
+# (less the longest cell, RESERVE_S); the study resumes in the next call.
 # A dry run on a CPU: PRESET=tiny BATCH=2 ATTR_S=3 ISO_S=1 WORKERS=0 OUT=/tmp/o bash ... attr
 # Carry .whl (the av wheel, for FakeVideo's PyAV decoding) and, for study, .gpuwork (the
-# study's state from the previous call, a tarball fetched from $OUT and copied there).
+# study's state from the previous call: the study.tar.gz fetched from $OUT, copied there).
 set -uo pipefail
+T_START=$(date +%s)
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
+export JOULEPROF_CACHE_DIR=${JOULEPROF_CACHE_DIR:-/tmp/jouleprof_cache}
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 if ls .whl/*.whl >/dev/null 2>&1; then
@@ -16,26 +21,50 @@ if ls .whl/*.whl >/dev/null 2>&1; then
 fi
 JP="python3 -m jouleprof.cli.main"
 stamp() { echo "{\"date\": \"$(date -u +%FT%TZ)\", \"commit\": \"$(git rev-parse HEAD 2>/dev/null)\", \"dirty\": $( [ -n "$(git status --porcelain 2>/dev/null)" ] && echo true || echo false), \"gpu\": \"$(nvidia-smi --query-gpu=name,driver_version,power.limit --format=csv,noheader | head -1)\", \"stage\": \"$1\"}" > "$OUT/$1.meta.json"; }
+elapsed() { echo $(( $(date +%s) - T_START )); }
+
+gpu_tests() {
+  python3 -m pytest tests/gpu -q -p no:cacheprovider --durations=8 2>&1 | tee "$OUT/gpu_tests.txt" | tail -14
+}
+sampler() {
+  python3 benchmarks/measure_core.py --out /tmp/sampler_cost --only sampler --sampler-s "${SAMPLER_S:-10}" 2>&1 | tail -6
+  cp /tmp/sampler_cost/sampler_cost.json "$OUT/"
+}
+attr() {
+  rm -rf /tmp/attr_vith_b8
+  $JP profile vjepa2 --preset "${PRESET:-vit_huge}" --batch-size "${BATCH:-8}" --mode fine \
+      --duration-s "${ATTR_S:-40}" --isolation-s "${ISO_S:-6}" --overhead-pairs 6 \
+      --num-workers "${WORKERS:-12}" --out /tmp/attr_vith_b8 2>&1 | tail -30
+  python3 benchmarks/attribution_compare.py /tmp/attr_vith_b8 --json /tmp/attr_vith_b8/compare.json
+  tar czf "$OUT/attr_vith_b8.tar.gz" -C /tmp attr_vith_b8
+}
+study() {
+  mkdir -p /tmp/study
+  [ -f .gpuwork/study.tar.gz ] && [ ! -f /tmp/study/study.json ] && tar xzf .gpuwork/study.tar.gz -C /tmp
+  local budget=$(( ${DEADLINE_S:-540} - ${RESERVE_S:-50} - $(elapsed) ))
+  echo "study: $(elapsed) s into the call, budget $budget s"
+  if [ "$budget" -gt 0 ]; then
+    $JP study vjepa2 --preset "${PRESET:-vit_huge}" --batch-sizes "${BATCH_SIZES:-1,2,4,8,16,32,64,128}" \
+        --modes baseline,e2e,fine --reps 3 --duration-s "${DURATION_S:-6}" --overhead-pairs 2 --overhead-block-steps 3 \
+        --set "num_workers=${WORKERS:-12}" --out /tmp/study --time-budget-s "$budget" --no-report 2>&1 | tail -70
+  fi
+  tar czf "$OUT/study.tar.gz" -C /tmp study
+}
+
 case "${1:-}" in
   core)
     stamp core
-    python3 -m pytest tests/gpu -q -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.txt" | tail -3
+    gpu_tests
     python3 benchmarks/measure_core.py --out /tmp/measure_core --reps 3 --load-s 10 2>&1 | tail -25
     tar czf "$OUT/measure_core.tar.gz" -C /tmp measure_core ;;
-  attr)
-    stamp attr
-    $JP profile vjepa2 --preset "${PRESET:-vit_huge}" --batch-size "${BATCH:-8}" --mode fine \
-        --duration-s "${ATTR_S:-60}" --isolation-s "${ISO_S:-6}" --overhead-pairs 6 \
-        --num-workers "${WORKERS:-12}" --out /tmp/attr_vith_b8 2>&1 | tail -40
-    python3 benchmarks/attribution_compare.py /tmp/attr_vith_b8 --json /tmp/attr_vith_b8/compare.json
-    tar czf "$OUT/attr_vith_b8.tar.gz" -C /tmp attr_vith_b8 ;;
-  study)
-    stamp study
-    mkdir -p /tmp/study
-    [ -f .gpuwork/study.tar.gz ] && tar xzf .gpuwork/study.tar.gz -C /tmp
-    $JP study vjepa2 --preset "${PRESET:-vit_huge}" --batch-sizes "${BATCH_SIZES:-1,2,4,8,16,32}" \
-        --modes baseline,e2e,fine --reps 3 --duration-s "${DURATION_S:-8}" --overhead-pairs 2 \
-        --out /tmp/study --time-budget-s "${BUDGET_S:-480}" 2>&1 | tail -60
-    tar czf "$OUT/study.tar.gz" -C /tmp study ;;
-  *) echo "usage: $0 core|attr|study" >&2; exit 2 ;;
+  first)
+    stamp first
+    gpu_tests; echo "--- $(elapsed) s"
+    sampler; echo "--- $(elapsed) s"
+    attr; echo "--- $(elapsed) s"
+    study ;;
+  attr) stamp attr; attr ;;
+  study) stamp study; study ;;
+  *) echo "usage: $0 core|first|attr|study" >&2; exit 2 ;;
 esac
+echo "=== done in $(elapsed) s"

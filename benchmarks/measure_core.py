@@ -152,6 +152,13 @@ def main() -> None:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--load-s", type=float, default=12.0)
+    ap.add_argument(
+        "--only",
+        choices=("all", "sampler"),
+        default="all",
+        help="sampler: only the sampler's CPU cost (under a square-wave matmul load)",
+    )
+    ap.add_argument("--sampler-s", type=float, default=12.0, help="seconds per sampler config")
     args = ap.parse_args()
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
@@ -164,6 +171,13 @@ def main() -> None:
         ]
     )
     results["nvidia_smi"] = smi.stdout.strip()
+
+    if args.only == "sampler":
+        results["sampler_cost"] = sampler_costs(args.sampler_s)
+        results["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        (out / "sampler_cost.json").write_text(json.dumps(results, indent=1))
+        print_sampler_costs(results["sampler_cost"])
+        return
 
     r = sh([*JP, "sensors", "--json", "--probe-s", "3"])
     results["sensors"] = json.loads(r.stdout) if r.returncode == 0 else {"error": r.stderr[-2000:]}
@@ -183,15 +197,7 @@ def main() -> None:
                 json.dump(runs, f, indent=1)
     results["matmul"] = runs
 
-    load = subprocess.Popen(load_cmd(55.0, 0.25), stdout=subprocess.DEVNULL)
-    time.sleep(1.0)
-    results["sampler_cost"] = [
-        sampler_cost(iv, 12.0, counter)
-        for counter in ("sparse", "every-refresh")
-        for iv in (0.02, 0.005)
-    ]
-    load.terminate()
-    load.wait()
+    results["sampler_cost"] = sampler_costs(args.sampler_s)
 
     results["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     (out / "measure_core.json").write_text(json.dumps(results, indent=1))
@@ -219,7 +225,26 @@ def main() -> None:
             f"avg={m.get('gpu0.crosscheck_avg_pct')}% peak={m.get('gpu0.peak_power_w')}",
             m.get("error", ""),
         )
-    for c in results["sampler_cost"]:
+    print_sampler_costs(results["sampler_cost"])
+
+
+def sampler_costs(seconds: float) -> list[dict]:
+    """The sampler's CPU cost at 20 and 5 ms, counter sparse and every refresh, under load."""
+    load = subprocess.Popen(load_cmd(4 * seconds + 8.0, 0.25), stdout=subprocess.DEVNULL)
+    time.sleep(2.0)
+    try:
+        return [
+            sampler_cost(iv, seconds, counter)
+            for counter in ("sparse", "every-refresh")
+            for iv in (0.02, 0.005)
+        ]
+    finally:
+        load.terminate()
+        load.wait()
+
+
+def print_sampler_costs(costs: list[dict]) -> None:
+    for c in costs:
         print(
             f"sampler {c['interval_s'] * 1e3:.0f} ms, counter {c['counter']}: "
             f"cpu {c['cpu_fraction_of_core']:.4f} of a core, polls {c['n_polls']}, "

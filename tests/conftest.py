@@ -27,3 +27,16 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _private_cache_dir(tmp_path_factory):
+    """Tests (and the CLIs they start) cache clips and FLOP counts in a folder of their own."""
+    import os
+
+    if "JOULEPROF_CACHE_DIR" in os.environ:
+        yield
+        return
+    os.environ["JOULEPROF_CACHE_DIR"] = str(tmp_path_factory.mktemp("jouleprof_cache"))
+    yield
+    del os.environ["JOULEPROF_CACHE_DIR"]

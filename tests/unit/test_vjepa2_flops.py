@@ -90,3 +90,21 @@ def test_counter_and_analytic_agree(name):
 def test_unknown_method():
     with pytest.raises(ValueError, match="method"):
         flops_per_sample(get_preset("tiny"), method="guess")
+
+
+def test_the_count_is_cached_per_config(monkeypatch, tmp_path):
+    from jouleprof.workloads.vjepa2 import flops as flops_mod
+
+    monkeypatch.setenv("JOULEPROF_CACHE_DIR", str(tmp_path))
+    first = flops_per_sample(get_preset("tiny"))
+    assert list((tmp_path / "flops").glob("*.json"))
+
+    def no_counting(config):
+        raise AssertionError("the cached count should have been used")
+
+    monkeypatch.setattr(flops_mod, "counted_flops", no_counting)
+    assert flops_per_sample(get_preset("tiny")) == first
+    # Another config is another entry: counting is attempted (and here falls back, uncached).
+    other = flops_per_sample(get_preset("tiny", batch_size=3))
+    assert other["method"] == "analytic"
+    assert len(list((tmp_path / "flops").glob("*.json"))) == 1

@@ -3,8 +3,9 @@
 `run_study(spec, out)` writes study.json, runs every cell that is not already finished (so an
 interrupted study resumes: finished cells are skipped, an incomplete one is redone), and rebuilds
 runs.csv after each cell, so every cell's raw CSVs survive a crash of a later one. A cell that
-runs out of memory is recorded as such and the study goes on; larger batch sizes of the same mode
-are then skipped as certain to run out too (recorded as "oom (skipped)").
+runs out of memory is recorded as such and the study goes on; that batch size and every larger one
+are then skipped in every mode and repetition (recorded as "oom (skipped)"): the modes differ in
+what they measure, not in what the step allocates, so one out-of-memory cell settles the size.
 """
 
 from __future__ import annotations
@@ -113,6 +114,20 @@ def _write_spec(out: Path, spec: StudySpec) -> None:
     p.write_text(json.dumps(d, indent=2))
 
 
+CELL_WALL_CSV = "cell_wall.csv"
+
+
+def _log_cell_wall(out: Path, cell_id: str, wall_s: float, exit_code: int) -> None:
+    """Append each cell's whole wall time (process start to exit) to cell_wall.csv: what a
+    study costs on a machine, for planning the next one."""
+    p = out / CELL_WALL_CSV
+    new = not p.is_file()
+    with p.open("a") as f:
+        if new:
+            f.write("cell_id,finished_at,wall_s,exit_code\n")
+        f.write(f"{cell_id},{time.strftime('%Y-%m-%dT%H:%M:%S')},{wall_s:.2f},{exit_code}\n")
+
+
 Runner = Callable[[Path, Path, float], int]
 """Runs one cell (its config file, its directory, a timeout) and returns its exit status."""
 
@@ -139,23 +154,20 @@ def run_study(
     _write_spec(out, spec)
     runner = runner or local_runner
     all_cells = cells(spec)
-    oom_at: dict[tuple[str, int], int] = {}  # (mode, rep) -> smallest batch size that OOMed
+    oom_at: int | None = None  # smallest batch size that ran out of memory, in any mode or rep
     started = time.monotonic()
     for cell in all_cells:
         cdir = out / CELLS_DIR / cell["cell_id"]
         status, _ = cell_status(cdir)
-        key = (cell["mode"], cell["rep"])
+        bs = cell["batch_size"]
         if status in ("complete", "failed", "oom"):
             if status == "oom":
-                oom_at[key] = min(oom_at.get(key, cell["batch_size"]), cell["batch_size"])
+                oom_at = bs if oom_at is None else min(oom_at, bs)
             if on_cell:
                 on_cell(cell, f"{status} (done before)")
             continue
-        if spec.skip_larger_after_oom and key in oom_at and cell["batch_size"] > oom_at[key]:
-            cell["status_override"] = (
-                "oom",
-                f"skipped: batch size {oom_at[key]} ran out of memory",
-            )
+        if spec.skip_larger_after_oom and oom_at is not None and bs >= oom_at:
+            cell["status_override"] = ("oom", f"skipped: batch size {oom_at} ran out of memory")
             if on_cell:
                 on_cell(cell, "oom (skipped)")
             write_index(out, all_cells)
@@ -169,10 +181,12 @@ def run_study(
         cdir.mkdir(parents=True)
         cfg_path = cdir.parent / f"{cell['cell_id']}.config.json"
         cfg_path.write_text(json.dumps(cell_config(spec, cell), indent=2))
+        t_cell = time.monotonic()
         code = runner(cfg_path, cdir, spec.cell_timeout_s)
+        _log_cell_wall(out, cell["cell_id"], time.monotonic() - t_cell, code)
         status, err = cell_status(cdir)
         if status == "oom":
-            oom_at[key] = min(oom_at.get(key, cell["batch_size"]), cell["batch_size"])
+            oom_at = bs if oom_at is None else min(oom_at, bs)
         elif code != 0 and status == "complete":
             status = "failed"
         if on_cell:

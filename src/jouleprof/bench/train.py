@@ -169,6 +169,15 @@ def _train(cfg: CellConfig, wl, wconfig, m, steps_log: _StepLog) -> None:
     from jouleprof.bench.overhead import OverheadConfig, interleaved_overhead
 
     rec = m.record
+    timing = rec.extra.setdefault("timing_s", {})  # where the cell's wall time went
+    mark = time.perf_counter()
+
+    def lap(name: str) -> None:
+        nonlocal mark
+        now = time.perf_counter()
+        timing[name] = round(now - mark, 3)
+        mark = now
+
     recorder = None
     if cfg.mode == "fine":
         from jouleprof.timeline.recorder import PhaseRecorder
@@ -176,7 +185,9 @@ def _train(cfg: CellConfig, wl, wconfig, m, steps_log: _StepLog) -> None:
         recorder = PhaseRecorder(m.clock, m.span_writer(), device=wl.device(), record=rec)
     marker = SwitchableMarker(recorder if recorder is not None else NullRecorder())
     session = wl.session(wconfig, marker, cfg.data)
+    lap("setup")
     rec.extra["workload_facts"] = session.facts()
+    lap("facts")
 
     # 1. warm-up, unrecorded
     marker.active = False
@@ -187,6 +198,7 @@ def _train(cfg: CellConfig, wl, wconfig, m, steps_log: _StepLog) -> None:
         steps_log.add("warmup", t, session.samples_per_step, False)
     rec.extra["warmup_steps"] = len(times)
     rec.extra["warmup_settled"] = len(times) < cfg.warmup.max_steps
+    lap("warmup")
 
     # 2. the measured segment
     marker.active = True
@@ -220,6 +232,7 @@ def _train(cfg: CellConfig, wl, wconfig, m, steps_log: _StepLog) -> None:
         "samples": n * session.samples_per_step,
         "first_recorded_step": 0 if recorder is not None else None,
     }
+    lap("measured")
     if cc is not None:
         rec.extra["crosscheck"] = cc.to_json()
     if recorder is not None:
@@ -258,6 +271,7 @@ def _train(cfg: CellConfig, wl, wconfig, m, steps_log: _StepLog) -> None:
         marker.inner.close()
         rec.extra["overhead"] = res.to_json()
         rec.extra["overhead_segment"] = {"t0_s": t_ov0, "t1_s": m.clock.now_s()}
+        lap("overhead")
     if cfg.isolation_s > 0:
         from jouleprof.bench.isolation import IsolationConfig, run_isolation_in
 
@@ -265,4 +279,5 @@ def _train(cfg: CellConfig, wl, wconfig, m, steps_log: _StepLog) -> None:
             m, session.replays(), IsolationConfig(duration_s=cfg.isolation_s)
         )
         rec.extra["isolation_windows"] = [w.row() for w in windows]
+        lap("isolation")
     rec.extra["peak_mem_allocated_bytes"] = session.peak_memory_bytes()

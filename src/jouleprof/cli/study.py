@@ -57,6 +57,9 @@ def study_cmd(
     overhead_pairs: Annotated[
         int, typer.Option(help="Fine cells: interleaved overhead block pairs (0 or ≥ 2).")
     ] = 2,
+    overhead_block_steps: Annotated[
+        int, typer.Option(help="Fine cells: steps per overhead block.")
+    ] = 4,
     isolation_s: Annotated[
         float, typer.Option(help="Fine cells of rep 0: seconds per phase replay.")
     ] = 0.0,
@@ -98,6 +101,7 @@ def study_cmd(
             duration_s=duration_s,
             data=data,
             overhead_pairs=overhead_pairs,
+            overhead_block_steps=overhead_block_steps,
             isolation_s=isolation_s,
             gpus=parse_gpus(gpus),
             cell_timeout_s=cell_timeout_s,

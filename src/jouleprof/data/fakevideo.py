@@ -14,7 +14,6 @@ import dataclasses
 import hashlib
 import json
 import logging
-import os
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -116,15 +115,10 @@ def encode_clip(path: Path, frames: np.ndarray, fps: int, codec: str) -> None:
 
 
 def default_cache_dir() -> Path:
-    """The FakeVideo cache folder.
+    """The FakeVideo cache folder: `fakevideo` under jouleprof's cache root (`jouleprof.cache`)."""
+    from jouleprof.cache import cache_root
 
-    `fakevideo` under $JOULEPROF_CACHE_DIR, else $XDG_CACHE_HOME/jouleprof, else ~/.cache/jouleprof.
-    """
-    root = os.environ.get("JOULEPROF_CACHE_DIR")
-    if root is None:
-        xdg = os.environ.get("XDG_CACHE_HOME")
-        root = str(Path(xdg) / "jouleprof") if xdg else str(Path.home() / ".cache" / "jouleprof")
-    return Path(root).expanduser() / "fakevideo"
+    return cache_root() / "fakevideo"
 
 
 def _cached_paths(folder: Path, spec: FakeVideoSpec) -> list[Path] | None:

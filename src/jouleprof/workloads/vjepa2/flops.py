@@ -97,8 +97,11 @@ def counted_flops(config: VJepa2Config) -> dict:
     }
 
 
-def flops_per_sample(config: VJepa2Config, method: str = "auto") -> dict:
+def flops_per_sample(config: VJepa2Config, method: str = "auto", cache: bool = True) -> dict:
     """FLOPs of one training sample.
+
+    The count depends only on the config (shapes, masks, seed), so it is cached on disk
+    (`jouleprof.cache`, kind "flops"): a study's cells, each a fresh process, count it once.
 
     Args:
         config: The step; its batch size and seed fix the representative mask token counts.
@@ -111,6 +114,18 @@ def flops_per_sample(config: VJepa2Config, method: str = "auto") -> dict:
     """
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    from jouleprof import cache as disk
+
+    key = disk.key_of({"config": dataclasses.asdict(config), "method": method, "v": 1})
+    if cache and (hit := disk.read_json("flops", key)) is not None:
+        return hit
+    result = _flops_per_sample(config, method)
+    if cache and (result["method"] != "analytic" or method == "analytic"):  # no fallbacks
+        disk.write_json("flops", key, result)
+    return result
+
+
+def _flops_per_sample(config: VJepa2Config, method: str) -> dict:
     context, target = mask_token_counts(config)
     parts, used = None, "analytic"
     if method in ("auto", "counter"):
