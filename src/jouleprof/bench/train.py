@@ -7,8 +7,9 @@ The flow of a cell (`run_cell`):
    baseline: none; e2e: the energy counter about once a second and coarse telemetry; fine: the
    phase recorder (CUDA events) and the sampler at 20 ms with the counter read every refresh;
 3. fine mode only: the overhead segment — blocks of steps with and without the phase recorder,
-   interleaved in the same process (`bench.overhead`), and optionally the isolation segment — each
-   phase replayed alone for seconds (`bench.isolation`), the reference for attribution;
+   interleaved in the same process on one replayed batch (`bench.overhead`), and optionally
+   the isolation segment — each phase replayed alone for seconds (`bench.isolation`), the
+   reference for attribution;
 4. after the run, from the recorded files alone: throughput, energy per sample, MFU, phase
    attribution (proportional and regression, isolation where replayed), all in run.json.
 
@@ -63,6 +64,11 @@ class CellConfig:
     """Steps per overhead block."""
     isolation_s: float = 0.0
     """Fine mode: > 0 replays each phase alone for this long (the attribution reference)."""
+    fixed_batch: bool = False
+    """Train the measured segment on one batch over and over (identical work every step), for
+    attribution benchmarks: a workload whose steps vary (V-JEPA2's masks change the context
+    length every batch) is then compared with isolation replays of that same batch. Off for
+    studies, which measure training as it is."""
     gpus: tuple[int, ...] | None = None
     """GPU indices to measure; None: every visible one."""
     interval_s: float = 0.02
@@ -189,11 +195,13 @@ def _train(cfg: CellConfig, wl, wconfig, m, steps_log: _StepLog) -> None:
     rec.extra["workload_facts"] = session.facts()
     lap("facts")
 
-    # 1. warm-up, unrecorded
+    # 1. warm-up, unrecorded: one step on real data, then the first batch again until step
+    # times settle (a workload whose batches vary in size, as V-JEPA2's masks make them,
+    # would otherwise never look settled), while the data loader's workers fill up.
     marker.active = False
     times: list[float] = []
     while not cfg.warmup.settled(times):
-        t = session.step(sync=True)
+        t = session.step(sync=True, fixed=bool(times))
         times.append(t)
         steps_log.add("warmup", t, session.samples_per_step, False)
     rec.extra["warmup_steps"] = len(times)
@@ -212,7 +220,7 @@ def _train(cfg: CellConfig, wl, wconfig, m, steps_log: _StepLog) -> None:
     n = 0
     with cross if cross is not None else nullcontext() as cc:
         while True:
-            t = session.step(sync=False)
+            t = session.step(sync=False, fixed=cfg.fixed_batch)
             n += 1
             steps_log.add(
                 "measured", t, session.samples_per_step, marker.active and recorder is not None
@@ -251,12 +259,13 @@ def _train(cfg: CellConfig, wl, wconfig, m, steps_log: _StepLog) -> None:
         t_ov0 = m.clock.now_s()
 
         def run_block(instrumented: bool, n_steps: int) -> list[float]:
-            # Timed on the host between two synchronizations: the same for both arms.
+            # Timed on the host between two synchronizations, on the same batch in both arms:
+            # batches that vary in size would bury a 0.5 % difference in their own spread.
             marker.active = instrumented
             session.sync()
             t0 = time.perf_counter()
             for _ in range(n_steps):
-                t = session.step(sync=False)
+                t = session.step(sync=False, fixed=True)
                 steps_log.add("overhead", t, session.samples_per_step, instrumented)
             session.sync()
             return [(time.perf_counter() - t0) / n_steps] * n_steps

@@ -17,8 +17,13 @@ from jouleprof.timeline.markers import PhaseMarker
 class Session(Protocol):
     samples_per_step: int
 
-    def step(self, sync: bool) -> float:
-        """Train one step; host seconds it took (device-synchronized when `sync`)."""
+    def step(self, sync: bool, fixed: bool = False) -> float:
+        """Train one step; host seconds it took (device-synchronized when `sync`).
+
+        `fixed`: train on the session's first batch again instead of the next one (identical
+        work every step: warm-up timing, overhead blocks, attribution benchmarks). The data
+        phase then only copies that batch to the device.
+        """
         ...
 
     def sync(self) -> None: ...
@@ -97,18 +102,28 @@ class _VJepa2Session:
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
         self.trainer = VJepa2Trainer(config, device, marker)
-        self.batches = iter(make_loader(config, data, device=device))
+        self._loader = iter(make_loader(config, data, device=device))
+        self.batches = self._keep_first(self._loader)
+        self.fixed_batch = None  # the first batch drawn (on the host), replayed by fixed steps
         self.samples_per_step = config.samples_per_step
+
+    def _keep_first(self, it):
+        for batch in it:
+            if self.fixed_batch is None:
+                self.fixed_batch = batch
+            yield batch
 
     def sync(self) -> None:
         if self.device.type == "cuda":
             self._torch.cuda.synchronize(self.device)
 
-    def step(self, sync: bool) -> float:
+    def step(self, sync: bool, fixed: bool = False) -> float:
         import time
 
         t0 = time.perf_counter()
-        self.trainer.train_step(self.batches)
+        if fixed and self.fixed_batch is None:
+            self.fixed_batch = next(self._loader)
+        self.trainer.train_step(self.fixed_batch if fixed else self.batches)
         if sync:
             self.sync()
         return time.perf_counter() - t0

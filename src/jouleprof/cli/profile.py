@@ -33,6 +33,13 @@ def profile_cmd(
     isolation_s: Annotated[
         float, typer.Option(help="Fine mode: seconds to replay each phase alone (0: skip).")
     ] = 0.0,
+    fixed_batch: Annotated[
+        bool,
+        typer.Option(
+            help="Train on one batch over and over (identical steps): for comparing attribution "
+            "methods against isolation replays of that batch."
+        ),
+    ] = False,
     gpus: Annotated[
         str | None, typer.Option(help="GPU indices to measure (default: all visible).")
     ] = None,
@@ -79,6 +86,7 @@ def profile_cmd(
             num_workers=num_workers,
             overhead_pairs=overhead_pairs if fine else 0,
             isolation_s=isolation_s if fine else 0.0,
+            fixed_batch=fixed_batch,
             gpus=parse_gpus(gpus),
             overrides=overrides,
         )
