@@ -2,6 +2,7 @@
 # What to run on the lent H200 (device tool), one stage per call, each inside 10 minutes.
 #   bash benchmarks/gpu_session.sh core    # tests/gpu, then measure_core (sensors, idle, matmul, sampler cost)
 #   bash benchmarks/gpu_session.sh first   # tests/gpu, sampler cost, attr, then the study until DEADLINE_S
+#   bash benchmarks/gpu_session.sh diag    # NVML tests, sampler cost, why real batches step slower
 #   bash benchmarks/gpu_session.sh attr    # V-JEPA2 vit_huge fine run: overhead + 3 attribution methods
 #   bash benchmarks/gpu_session.sh study   # the batch-size × mode study until DEADLINE_S; resumable
 # DEADLINE_S (default 540): seconds after the call's start by which the study starts no new cell
@@ -63,8 +64,13 @@ case "${1:-}" in
     sampler; echo "--- $(elapsed) s"
     attr; echo "--- $(elapsed) s"
     study ;;
+  diag)
+    stamp diag
+    python3 -m pytest tests/gpu/test_nvml.py -q -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests_nvml.txt" | tail -3
+    sampler; echo "--- $(elapsed) s"
+    python3 benchmarks/diagnose_step.py --out "$OUT" --n "${DIAG_N:-12}" --workers 12,4,0 2>&1 | grep -v -i warn | tail -15 ;;
   attr) stamp attr; attr ;;
   study) stamp study; study ;;
-  *) echo "usage: $0 core|first|attr|study" >&2; exit 2 ;;
+  *) echo "usage: $0 core|first|diag|attr|study" >&2; exit 2 ;;
 esac
 echo "=== done in $(elapsed) s"

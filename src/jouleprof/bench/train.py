@@ -171,9 +171,6 @@ def run_cell(cfg: CellConfig, out: str | Path) -> Path:
 
 
 def _train(cfg: CellConfig, wl, wconfig, m, steps_log: _StepLog) -> None:
-    from jouleprof.bench.modes import crosscheck
-    from jouleprof.bench.overhead import OverheadConfig, interleaved_overhead
-
     rec = m.record
     timing = rec.extra.setdefault("timing_s", {})  # where the cell's wall time went
     mark = time.perf_counter()
@@ -191,6 +188,18 @@ def _train(cfg: CellConfig, wl, wconfig, m, steps_log: _StepLog) -> None:
         recorder = PhaseRecorder(m.clock, m.span_writer(), device=wl.device(), record=rec)
     marker = SwitchableMarker(recorder if recorder is not None else NullRecorder())
     session = wl.session(wconfig, marker, cfg.data)
+    try:
+        _segments(cfg, session, m, marker, recorder, steps_log, lap)
+    finally:
+        session.close()
+        lap("teardown")
+
+
+def _segments(cfg: CellConfig, session, m, marker, recorder, steps_log: _StepLog, lap) -> None:
+    from jouleprof.bench.modes import crosscheck
+    from jouleprof.bench.overhead import OverheadConfig, interleaved_overhead
+
+    rec = m.record
     lap("setup")
     rec.extra["workload_facts"] = session.facts()
     lap("facts")
@@ -254,7 +263,7 @@ def _train(cfg: CellConfig, wl, wconfig, m, steps_log: _StepLog) -> None:
         from jouleprof.timeline.recorder import PhaseRecorder
 
         marker.inner = PhaseRecorder(
-            m.clock, SpanWriter(m.run_dir.path / OVERHEAD_SPANS_CSV), device=wl.device()
+            m.clock, SpanWriter(m.run_dir.path / OVERHEAD_SPANS_CSV), device=session.device
         )
         t_ov0 = m.clock.now_s()
 

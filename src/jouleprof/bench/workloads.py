@@ -16,6 +16,7 @@ from jouleprof.timeline.markers import PhaseMarker
 
 class Session(Protocol):
     samples_per_step: int
+    device: Any
 
     def step(self, sync: bool, fixed: bool = False) -> float:
         """Train one step; host seconds it took (device-synchronized when `sync`).
@@ -37,6 +38,11 @@ class Session(Protocol):
         ...
 
     def peak_memory_bytes(self) -> int | None: ...
+
+    def close(self) -> None:
+        """Stop background work (data-loader workers): the cell's own analysis comes next, and
+        busy workers slowed it to a crawl (imports in finish_cell took 20–60 s beside them)."""
+        ...
 
 
 class Workload(Protocol):
@@ -151,6 +157,15 @@ class _VJepa2Session:
         if self.device.type != "cuda":
             return None
         return int(self._torch.cuda.max_memory_allocated(self.device))
+
+    def close(self) -> None:
+        it, self._loader = self._loader, None
+        if self.batches is not None:
+            self.batches.close()  # the generator's frame holds the loader iterator too
+            self.batches = None
+        shutdown = getattr(it, "_shutdown_workers", None)  # multi-process iterators only
+        if shutdown is not None:
+            shutdown()
 
 
 _REGISTRY: dict[str, Callable[[], Workload]] = {"vjepa2": VJepa2Workload}
