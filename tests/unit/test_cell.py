@@ -60,7 +60,7 @@ class _OomWorkload(VJepa2Workload):
         s = super().session(config, marker, data)
         if config.batch_size >= 4:
 
-            def boom(sync):
+            def boom(sync, fixed=False):
                 raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 9.00 GiB")
 
             s.step = boom
