@@ -262,3 +262,12 @@ def test_loader_over_fakevideo(tmp_path):
         assert all(c.shape[0] == 2 and c.dtype == torch.int64 for c in batch.context)
     trainer = VJepa2Trainer(config, CPU)
     assert torch.isfinite(trainer.train_step(it).loss)
+
+
+def test_attention_backend_choice_keeps_the_loss_and_is_validated():
+    batch = make_batch(tiny())
+    flash = VJepa2Trainer(tiny(dtype="fp32"), CPU).run_forward(batch)
+    auto = VJepa2Trainer(tiny(dtype="fp32", attention_backend="auto"), CPU).run_forward(batch)
+    torch.testing.assert_close(flash, auto, rtol=1e-4, atol=1e-5)
+    with pytest.raises(Exception, match="attention_backend must be one of"):
+        tiny(attention_backend="cudnn-please")

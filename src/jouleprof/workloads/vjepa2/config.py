@@ -13,6 +13,7 @@ from jouleprof.workloads.vjepa2.masks import REFERENCE_MASKS, MaskSpec
 
 DTYPES: tuple[str, ...] = ("bf16", "fp32")
 OPTIMIZER_IMPLS: tuple[str, ...] = ("fused", "foreach", "default")
+ATTENTION_BACKENDS: tuple[str, ...] = ("flash", "auto")
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,12 @@ class VJepa2Config:
     """torch.compile the encoders and predictor (dynamic shapes; the first step takes minutes)."""
     optimizer_impl: str = "fused"
     """AdamW kernel: 'fused' (CUDA only, else falls back to 'foreach'), 'foreach', 'default'."""
+    attention_backend: str = "flash"
+    """SDPA kernels allowed: 'flash' (flash attention, then memory-efficient, then math), or
+    'auto' (PyTorch's own choice). The masks change the context length every batch; on the H200
+    with torch 2.11 'auto' picked cuDNN attention, which builds a plan for every new length:
+    0.58 s steps instead of 0.18–0.20 s at vit_huge batch 8
+    (benchmarks/results/diagnose_step)."""
     num_workers: int = 4
     """DataLoader worker processes decoding video; 0 decodes in the training process."""
     seed: int = 0
@@ -129,6 +136,11 @@ class VJepa2Config:
         for name in ("ema_start", "ema_end"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ConfigError(f"{name} must be in [0, 1], got {getattr(self, name)!r}")
+        if self.attention_backend not in ATTENTION_BACKENDS:
+            raise ConfigError(
+                f"attention_backend must be one of {ATTENTION_BACKENDS}, "
+                f"got {self.attention_backend!r}"
+            )
         if self.dtype not in DTYPES:
             raise ConfigError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
         if self.optimizer_impl not in OPTIMIZER_IMPLS:

@@ -22,17 +22,21 @@ from __future__ import annotations
 import copy
 import logging
 from collections.abc import Iterator
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from jouleprof.timeline.markers import NullRecorder, PhaseMarker
 from jouleprof.workloads.vjepa2.collate import VJepa2Batch
 from jouleprof.workloads.vjepa2.config import VJepa2Config
 from jouleprof.workloads.vjepa2.model import build_networks, count_parameters, take_tokens
 from jouleprof.workloads.vjepa2.optim import build_optimizer, lr_at, momentum_at
+
+# config.attention_backend == "flash": these kernels, tried in this order.
+_FLASH_FIRST = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 logger = logging.getLogger(__name__)
 
@@ -116,9 +120,14 @@ class VJepa2Trainer:
     # The pieces of a step -------------------------------------------------------------------
 
     def _autocast(self) -> AbstractContextManager[object]:
+        """bf16 autocast (per config) and the allowed attention kernels, around every forward
+        (the backward of an attention call runs on the kernel its forward chose)."""
+        stack = ExitStack()
         if self.config.dtype == "bf16":
-            return torch.autocast(self.device.type, dtype=torch.bfloat16)
-        return nullcontext()
+            stack.enter_context(torch.autocast(self.device.type, dtype=torch.bfloat16))
+        if self.config.attention_backend == "flash" and self.device.type != "meta":
+            stack.enter_context(sdpa_kernel(_FLASH_FIRST, set_priority=True))
+        return stack
 
     def _fetch(self, batches: Iterator[VJepa2Batch] | VJepa2Batch) -> VJepa2Batch:
         batch = batches if isinstance(batches, VJepa2Batch) else next(batches)
