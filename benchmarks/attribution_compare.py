@@ -6,6 +6,10 @@ Reads RUN_DIR/phases_{proportional,regression,isolation}.csv (written by `joulep
 isolation in percent, and the phase's share of step energy. Checks the issue's target:
 regression within 5 % of isolation for every phase holding ≥ 2 % of step energy.
 
+Also checks the reference itself: a replay is faithful when it takes as long per call as the
+phase takes inside training steps (within 10 %); the sum of the isolated phases is compared with
+the measured energy of a step (the proportional split's total).
+
 Usage: python benchmarks/attribution_compare.py RUN_DIR [--json OUT.json]
 """
 
@@ -39,6 +43,30 @@ def per_step(run_dir: Path, method: str) -> pd.DataFrame | None:
     )
 
 
+def replay_times(run_dir: Path) -> dict[str, float]:
+    """Seconds per call of each phase as replayed alone (backward = forward+backward − forward)."""
+    p = run_dir / "isolation_windows.csv"
+    if not p.is_file():
+        return {}
+    w = pd.read_csv(p).set_index("replay")["time_per_call_s"].to_dict()
+    out = {k: float(v) for k, v in w.items() if k in ("forward", "optimizer", "ema")}
+    if "forward+backward" in w and "forward" in w:
+        out["backward"] = float(w["forward+backward"] - w["forward"])
+    return out
+
+
+def step_times(run_dir: Path) -> dict[str, float]:
+    """Seconds per step of each top-level phase inside the training steps."""
+    p = run_dir / "phases_proportional.csv"
+    if not p.is_file():
+        return {}
+    df = pd.read_csv(p)
+    if "device" in df.columns:
+        df = df[df["device"].astype(str).str.startswith("gpu")]
+    top = df["phase"].astype(str).str.split("/").str[0]  # a parent's own time plus its children's
+    return df.groupby(top)["time_per_step_s"].sum().astype(float).to_dict()
+
+
 def compare(run_dir: Path) -> dict:
     tables = {m: per_step(run_dir, m) for m in METHODS}
     iso = tables["isolation"]
@@ -67,6 +95,18 @@ def compare(run_dir: Path) -> dict:
             ok &= bool(row["meets_5pct_target"])
         out["phases"][phase] = row
     out["regression_meets_target"] = ok
+    replay, inside = replay_times(run_dir), step_times(run_dir)
+    for phase, row in out["phases"].items():
+        if phase in replay and inside.get(phase):
+            row["replay_s"], row["in_step_s"] = replay[phase], inside[phase]
+            row["replay_time_ratio"] = replay[phase] / inside[phase]
+            row["replay_faithful"] = abs(row["replay_time_ratio"] - 1) <= 0.10
+    prop = tables["proportional"]
+    if prop is not None:
+        step_j = float(prop["energy_per_step_j"].sum())
+        out["measured_step_j"] = step_j
+        out["isolation_sum_j"] = total
+        out["isolation_sum_vs_measured_pct"] = 100 * (total / step_j - 1) if step_j else None
     return out
 
 
@@ -78,7 +118,7 @@ def main() -> None:
     res = compare(a.run_dir)
     if a.json:
         a.json.write_text(json.dumps(res, indent=1))
-    cols = ("phase", "share%", "isol J", "regr J", "regr%", "prop J", "prop%")
+    cols = ("phase", "share%", "isol J", "regr J", "regr%", "prop J", "prop%", "replay/in")
     print(" ".join(f"{c:>9s}" for c in cols))
     fields = (
         ("share_pct", "9.1f"),
@@ -87,6 +127,7 @@ def main() -> None:
         ("regression_vs_isolation_pct", "+9.1f"),
         ("proportional_j", "9.3f"),
         ("proportional_vs_isolation_pct", "+9.1f"),
+        ("replay_time_ratio", "9.2f"),
     )
     for ph, r in res["phases"].items():
         cells = [format(r[k], fmt) if r.get(k) is not None else f"{'—':>9s}" for k, fmt in fields]
@@ -95,6 +136,12 @@ def main() -> None:
         "regression within 5% of isolation for phases ≥2% of energy:",
         res.get("regression_meets_target"),
     )
+    if res.get("isolation_sum_vs_measured_pct") is not None:
+        print(
+            f"isolated phases sum to {res['isolation_sum_j']:.2f} J against "
+            f"{res['measured_step_j']:.2f} J measured per step "
+            f"({res['isolation_sum_vs_measured_pct']:+.1f} %)"
+        )
     sys.exit(0)
 
 

@@ -161,6 +161,11 @@ def test_replay_methods_do_one_phase_on_the_cached_batch():
     assert torch.isfinite(trainer.run_forward_backward())
     assert all(p.grad is not None for p in trainer.encoder.parameters())
     grads = [p.grad.clone() for p in trainer.encoder.parameters()]
+    # A second replay writes the same gradients again (it does not add to them), as a
+    # training step's backward does after the optimizer phase set them to None.
+    trainer.run_forward_backward()
+    for g, p in zip(grads, trainer.encoder.parameters(), strict=True):
+        torch.testing.assert_close(g, p.grad)
     assert trainer.run_optimizer_step() == lr_at(1, config)
     # Gradients stay, so every replay of the optimizer does the same work.
     for g, p in zip(grads, trainer.encoder.parameters(), strict=True):
