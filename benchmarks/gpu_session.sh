@@ -47,7 +47,8 @@ study() {
   if [ "$budget" -gt 0 ]; then
     $JP study vjepa2 --preset "${PRESET:-vit_huge}" --batch-sizes "${BATCH_SIZES:-1,2,4,8,16,32,64,128}" \
         --modes baseline,e2e,fine --reps "${REPS:-3}" --duration-s "${DURATION_S:-6}" --overhead-pairs 2 --overhead-block-steps 3 \
-        --set "num_workers=${WORKERS:-12}" --out /tmp/study --time-budget-s "$budget" --no-report 2>&1 | tail -70
+        --set "num_workers=${WORKERS:-12}" ${PARALLEL_GPUS:+--parallel-gpus "$PARALLEL_GPUS"} \
+        --out /tmp/study --time-budget-s "$budget" --no-report 2>&1 | tail -70
   fi
   tar czf "$OUT/study.tar.gz" -C /tmp study
 }

@@ -104,3 +104,20 @@ def test_set_parses_json_values():
         "grad_accum_steps": 4,
         "optimizer_impl": "foreach",
     }
+
+
+def test_study_runs_a_cell_per_gpu_at_once(tmp_path):
+    out = tmp_path / "par"
+    args = ("study", "vjepa2", "--preset", "tiny", "--batch-sizes", "1,2", "--modes", "e2e")
+    more = ("--reps", "1", "--duration-s", "1", "--set", "num_workers=0", "--no-report")
+    r = run(*args, *more, "--parallel-gpus", "0,1", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    wall = pd.read_csv(out / "cell_wall.csv")
+    assert sorted(wall["gpu"]) == [0, 1]
+    runs = pd.read_csv(out / "runs.csv")
+    assert set(runs["status"]) == {"complete"}
+    for cell, gpu in zip(wall["cell_id"], wall["gpu"], strict=True):
+        env = json.loads((out / "cells" / cell / "run.json").read_text())["environment"]
+        assert str(env.get("cuda_visible_devices")) == str(gpu), env
+    bad = run(*args, *more, "--parallel-gpus", "0,0", "--out", str(tmp_path / "bad"))
+    assert bad.returncode != 0 and "distinct" in bad.stderr

@@ -104,3 +104,47 @@ def test_time_budget_stops_starting_cells_and_a_rerun_finishes(tmp_path):
     assert (df["status"] == "missing").sum() == 5
     run_study(spec(reps=1), tmp_path, fake_runner())
     assert (pd.read_csv(tmp_path / "runs.csv")["status"] != "missing").all()
+
+
+def test_slots_run_cells_at_once_and_keep_the_oom_rule(tmp_path):
+    import threading
+    import time
+
+    inner = fake_runner(oom_from=16)
+    lock = threading.Lock()
+    running, peak, seen = [0], [0], {0: [], 1: []}
+
+    def slot(i):
+        def run(config_path, cell_dir, timeout_s):
+            with lock:
+                running[0] += 1
+                peak[0] = max(peak[0], running[0])
+                seen[i].append(cell_dir.name)
+            time.sleep(0.05)
+            try:
+                return inner(config_path, cell_dir, timeout_s)
+            finally:
+                with lock:
+                    running[0] -= 1
+
+        run.gpu = i
+        return run
+
+    index = run_study(spec(), tmp_path, slots=[slot(0), slot(1)])
+    df = pd.read_csv(index)
+    assert set(df.loc[df.batch_size < 16, "status"]) == {"complete"}
+    assert set(df.loc[df.batch_size == 16, "status"]) == {"oom"}
+    assert peak[0] == 2 and seen[0] and seen[1]  # both slots worked, at the same time
+    # bs16 ran at most once per slot before its out-of-memory was known, never in rep 1.
+    assert not [c for c in inner.calls if c.startswith("bs16") and c.endswith("r1")]
+    wall = pd.read_csv(tmp_path / "cell_wall.csv")
+    assert set(wall["gpu"]) == {0, 1}
+    assert sorted(wall["cell_id"]) == sorted(inner.calls)
+
+
+def test_a_failing_slot_stops_the_study_with_its_error(tmp_path):
+    def broken(config_path, cell_dir, timeout_s):
+        raise RuntimeError("slot died")
+
+    with pytest.raises(RuntimeError, match="slot died"):
+        run_study(spec(), tmp_path, slots=[broken, fake_runner()])

@@ -20,12 +20,17 @@ def cell_command(config_path: Path, cell_dir: Path) -> list[str]:
     return [sys.executable, "-m", "jouleprof.bench.cellmain", str(config_path), str(cell_dir)]
 
 
-def local_runner(config_path: Path, cell_dir: Path, timeout_s: float) -> int:
+def local_runner(
+    config_path: Path, cell_dir: Path, timeout_s: float, env: dict[str, str] | None = None
+) -> int:
     """One local process per cell; its output goes to cell_dir/cell.log. Returns its exit code."""
     log_path = cell_dir / "cell.log"
     with log_path.open("w") as f:
         p = subprocess.Popen(
-            cell_command(config_path, cell_dir), stdout=f, stderr=subprocess.STDOUT, env=os.environ
+            cell_command(config_path, cell_dir),
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            env=os.environ if env is None else env,
         )
         try:
             return p.wait(timeout=timeout_s)
@@ -40,6 +45,18 @@ def local_runner(config_path: Path, cell_dir: Path, timeout_s: float) -> int:
             p.terminate()
             p.wait()
             raise
+
+
+def gpu_runner(gpu: int) -> Callable[[Path, Path, float], int]:
+    """A local runner whose cells see only GPU `gpu` (CUDA_VISIBLE_DEVICES), as their GPU 0:
+    one slot of a study that runs a cell per GPU at once (`run_study(..., slots=...)`)."""
+
+    def run(config_path: Path, cell_dir: Path, timeout_s: float) -> int:
+        env = {**os.environ, "CUDA_VISIBLE_DEVICES": str(gpu)}
+        return local_runner(config_path, cell_dir, timeout_s, env=env)
+
+    run.gpu = gpu  # type: ignore[attr-defined]  (named in cell_wall.csv)
+    return run
 
 
 def slurm_runner(

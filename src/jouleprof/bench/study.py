@@ -13,8 +13,10 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+import threading
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -117,15 +119,18 @@ def _write_spec(out: Path, spec: StudySpec) -> None:
 CELL_WALL_CSV = "cell_wall.csv"
 
 
-def _log_cell_wall(out: Path, cell_id: str, wall_s: float, exit_code: int) -> None:
+def _log_cell_wall(
+    out: Path, cell_id: str, wall_s: float, exit_code: int, gpu: int | None = None
+) -> None:
     """Append each cell's whole wall time (process start to exit) to cell_wall.csv: what a
-    study costs on a machine, for planning the next one."""
+    study costs on a machine, for planning the next one; `gpu`: the slot's GPU, if any."""
     p = out / CELL_WALL_CSV
     new = not p.is_file()
     with p.open("a") as f:
         if new:
-            f.write("cell_id,finished_at,wall_s,exit_code\n")
-        f.write(f"{cell_id},{time.strftime('%Y-%m-%dT%H:%M:%S')},{wall_s:.2f},{exit_code}\n")
+            f.write("cell_id,finished_at,wall_s,exit_code,gpu\n")
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
+        f.write(f"{cell_id},{stamp},{wall_s:.2f},{exit_code},{'' if gpu is None else gpu}\n")
 
 
 Runner = Callable[[Path, Path, float], int]
@@ -138,58 +143,124 @@ def run_study(
     runner: Runner | None = None,
     on_cell: Callable[[dict[str, Any], str], None] | None = None,
     time_budget_s: float | None = None,
+    slots: Sequence[Runner] | None = None,
 ) -> Path:
     """Run (or resume) the study into `out`; returns the path of runs.csv.
 
     Args:
         time_budget_s: start no new cell after this many seconds (the rest waits for a rerun,
             which resumes): for machines lent by the hour, or a job's time limit.
+        slots: run this many cells at once, each through its own runner (e.g. one per GPU,
+            `executors.gpu_runner`); None: one at a time through `runner`. The cells keep
+            their order of starting; a cell's neighbours then share the host's CPUs.
     """
     from jouleprof.bench.executors import local_runner
 
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {out} is a file, not a directory: choose another path")
+    if slots is not None and not slots:
+        raise ValueError("slots must hold at least one runner")
     (out / CELLS_DIR).mkdir(parents=True, exist_ok=True)
     _write_spec(out, spec)
-    runner = runner or local_runner
     all_cells = cells(spec)
-    oom_at: int | None = None  # smallest batch size that ran out of memory, in any mode or rep
-    started = time.monotonic()
-    for cell in all_cells:
-        cdir = out / CELLS_DIR / cell["cell_id"]
-        status, _ = cell_status(cdir)
-        bs = cell["batch_size"]
-        if status in ("complete", "failed", "oom"):
-            if status == "oom":
-                oom_at = bs if oom_at is None else min(oom_at, bs)
-            if on_cell:
-                on_cell(cell, f"{status} (done before)")
-            continue
-        if spec.skip_larger_after_oom and oom_at is not None and bs >= oom_at:
-            cell["status_override"] = ("oom", f"skipped: batch size {oom_at} ran out of memory")
-            if on_cell:
-                on_cell(cell, "oom (skipped)")
-            write_index(out, all_cells)
-            continue
-        if time_budget_s is not None and time.monotonic() - started > time_budget_s:
-            if on_cell:
-                on_cell(cell, "not started: time budget spent (rerun to resume)")
-            continue
-        if cdir.exists():  # incomplete: redo it from scratch
-            shutil.rmtree(cdir)
-        cdir.mkdir(parents=True)
-        cfg_path = cdir.parent / f"{cell['cell_id']}.config.json"
-        cfg_path.write_text(json.dumps(cell_config(spec, cell), indent=2))
-        t_cell = time.monotonic()
-        code = runner(cfg_path, cdir, spec.cell_timeout_s)
-        _log_cell_wall(out, cell["cell_id"], time.monotonic() - t_cell, code)
-        status, err = cell_status(cdir)
-        if status == "oom":
-            oom_at = bs if oom_at is None else min(oom_at, bs)
-        elif code != 0 and status == "complete":
-            status = "failed"
-        if on_cell:
-            on_cell(cell, status if not err else f"{status}: {err}")
-        write_index(out, all_cells)
+    state = _Schedule(spec, out, all_cells, on_cell, time_budget_s)
+    runners = list(slots) if slots is not None else [runner or local_runner]
+    if len(runners) == 1:
+        state.work(runners[0])
+    else:
+        threads = [
+            threading.Thread(target=state.work, args=(r,), name=f"study-slot{i}", daemon=True)
+            for i, r in enumerate(runners)
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            while t.is_alive():  # join in slices: Ctrl-C must reach this thread
+                t.join(0.5)
+        if state.errors:
+            raise state.errors[0]
     return write_index(out, all_cells)
+
+
+class _Schedule:
+    """The study's queue of cells, shared by the slots that run them (thread-safe)."""
+
+    def __init__(self, spec, out: Path, all_cells, on_cell, time_budget_s) -> None:
+        self.spec, self.out, self.all_cells = spec, out, all_cells
+        self.on_cell, self.time_budget_s = on_cell, time_budget_s
+        self.queue = deque(all_cells)
+        self.lock = threading.Lock()
+        self.oom_at: int | None = None  # smallest batch size that ran out of memory
+        self.started = time.monotonic()
+        self.errors: list[BaseException] = []
+
+    def _say(self, cell, status: str) -> None:
+        if self.on_cell:
+            self.on_cell(cell, status)
+
+    def _oom(self, bs: int) -> None:
+        self.oom_at = bs if self.oom_at is None else min(self.oom_at, bs)
+
+    def take(self) -> dict[str, Any] | None:
+        """The next cell to run (its directory made ready), or None when none is left."""
+        with self.lock:
+            while self.queue:
+                cell = self.queue.popleft()
+                cdir = self.out / CELLS_DIR / cell["cell_id"]
+                status, _ = cell_status(cdir)
+                bs = cell["batch_size"]
+                if status in ("complete", "failed", "oom"):
+                    if status == "oom":
+                        self._oom(bs)
+                    self._say(cell, f"{status} (done before)")
+                    continue
+                oom_at = self.oom_at
+                if self.spec.skip_larger_after_oom and oom_at is not None and bs >= oom_at:
+                    cell["status_override"] = (
+                        "oom",
+                        f"skipped: batch size {self.oom_at} ran out of memory",
+                    )
+                    self._say(cell, "oom (skipped)")
+                    write_index(self.out, self.all_cells)
+                    continue
+                budget = self.time_budget_s
+                if budget is not None and time.monotonic() - self.started > budget:
+                    self._say(cell, "not started: time budget spent (rerun to resume)")
+                    continue
+                if cdir.exists():  # incomplete: redo it from scratch
+                    shutil.rmtree(cdir)
+                cdir.mkdir(parents=True)
+                cfg_path = cdir.parent / f"{cell['cell_id']}.config.json"
+                cfg_path.write_text(json.dumps(cell_config(self.spec, cell), indent=2))
+                return cell
+            return None
+
+    def work(self, runner: Runner) -> None:
+        try:
+            while (cell := self.take()) is not None:
+                cdir = self.out / CELLS_DIR / cell["cell_id"]
+                cfg_path = cdir.parent / f"{cell['cell_id']}.config.json"
+                t_cell = time.monotonic()
+                code = runner(cfg_path, cdir, self.spec.cell_timeout_s)
+                with self.lock:
+                    _log_cell_wall(
+                        self.out,
+                        cell["cell_id"],
+                        time.monotonic() - t_cell,
+                        code,
+                        getattr(runner, "gpu", None),
+                    )
+                    status, err = cell_status(cdir)
+                    if status == "oom":
+                        self._oom(cell["batch_size"])
+                    elif code != 0 and status == "complete":
+                        status = "failed"
+                    self._say(cell, status if not err else f"{status}: {err}")
+                    write_index(self.out, self.all_cells)
+        except BaseException as e:  # a slot that dies stops taking cells; the study says why
+            with self.lock:
+                self.errors.append(e)
+                self.queue.clear()
+            if threading.current_thread() is threading.main_thread():
+                raise

@@ -84,6 +84,13 @@ def study_cmd(
     time_budget_s: Annotated[
         float | None, typer.Option(help="Start no new cell after this long (rerun to resume).")
     ] = None,
+    parallel_gpus: Annotated[
+        str | None,
+        typer.Option(
+            help="Run a cell on each of these GPUs at once (local executor), e.g. 0,1: each "
+            "cell sees and measures only its own GPU."
+        ),
+    ] = None,
 ) -> None:
     """Run the matrix; rerunning the same command resumes an interrupted study."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -113,7 +120,18 @@ def study_cmd(
         wl.config(preset, None, None, spec.overrides)  # a bad preset or field fails here
     except ValueError as e:
         fail(str(e))
-    runner = None
+    runner, slots = None, None
+    if parallel_gpus is not None:
+        from jouleprof.bench.executors import gpu_runner
+
+        if executor != "local":
+            fail("--parallel-gpus runs cells on this machine: use it with --executor local")
+        if spec.gpus is not None:
+            fail("--parallel-gpus gives each cell its own GPU: leave --gpus out")
+        ids = _ints(parallel_gpus, "--parallel-gpus")
+        if len(set(ids)) != len(ids) or any(i < 0 for i in ids):
+            fail(f"--parallel-gpus needs distinct GPU indices ≥ 0, got {parallel_gpus!r}")
+        slots = [gpu_runner(i) for i in ids]
     if executor == "slurm":
         from jouleprof.bench.executors import slurm_runner
 
@@ -138,7 +156,7 @@ def study_cmd(
             bar.advance(task)
 
         try:
-            index = run_study(spec, out, runner, on_cell, time_budget_s)
+            index = run_study(spec, out, runner, on_cell, time_budget_s, slots=slots)
         except ValueError as e:
             fail(str(e))
         except KeyboardInterrupt:
