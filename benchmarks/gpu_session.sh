@@ -8,6 +8,8 @@
 # DEADLINE_S (default 540): seconds after the call's start by which the study starts no new cell
 # (less the longest cell, RESERVE_S); the study resumes in the next call.
 # A dry run on a CPU: PRESET=tiny BATCH=2 ATTR_S=3 ISO_S=1 WORKERS=0 OUT=/tmp/o bash ... attr
+# Name the commit sent in the command (JP_COMMIT=<sha> bash ...): the device copy's .git can be
+# stale (it reported the session's first commit, dirty, for later trees).
 # Carry .whl (the av wheel, for FakeVideo's PyAV decoding) and, for study, .gpuwork (the
 # study's state from the previous call: the study.tar.gz fetched from $OUT, copied there).
 set -uo pipefail
@@ -21,7 +23,7 @@ if ls .whl/*.whl >/dev/null 2>&1; then
     && export PYTHONPATH=$PYTHONPATH:/tmp/site
 fi
 JP="python3 -m jouleprof.cli.main"
-stamp() { echo "{\"date\": \"$(date -u +%FT%TZ)\", \"commit\": \"$(git rev-parse HEAD 2>/dev/null)\", \"dirty\": $( [ -n "$(git status --porcelain 2>/dev/null)" ] && echo true || echo false), \"gpu\": \"$(nvidia-smi --query-gpu=name,driver_version,power.limit --format=csv,noheader | head -1)\", \"stage\": \"$1\"}" > "$OUT/$1.meta.json"; }
+stamp() { echo "{\"date\": \"$(date -u +%FT%TZ)\", \"commit\": \"${JP_COMMIT:-$(git rev-parse HEAD 2>/dev/null)}\", \"dirty\": $( [ -n "$(git status --porcelain 2>/dev/null)" ] && echo true || echo false), \"gpu\": \"$(nvidia-smi --query-gpu=name,driver_version,power.limit --format=csv,noheader | head -1)\", \"stage\": \"$1\"}" > "$OUT/$1.meta.json"; }
 elapsed() { echo $(( $(date +%s) - T_START )); }
 
 gpu_tests() {
