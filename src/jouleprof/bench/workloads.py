@@ -107,8 +107,11 @@ class _VJepa2Session:
         self.device = device
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
-        self.trainer = VJepa2Trainer(config, device, marker)
+        # The loader first: its workers are forked before CUDA is initialized here, and they
+        # decode the first batches while the model is built (at batch 64 the first batch, 64
+        # clips decoded by one worker, took 15–22 s on the H200's host).
         self._loader = iter(make_loader(config, data, device=device))
+        self.trainer = VJepa2Trainer(config, device, marker)
         self.batches = self._keep_first(self._loader)
         self.fixed_batch = None  # the first batch drawn (on the host), replayed by fixed steps
         self.samples_per_step = config.samples_per_step
