@@ -97,28 +97,42 @@ def refresh_alignment(out: Path, seconds: float) -> dict:
 
 
 def sampler_cost(interval_s: float, seconds: float, counter: str) -> dict:
-    """CPU cost of the sampler thread: counter "sparse" (what `measure`/e2e use: ~1/s after a
-    dense start, bursts every 30 s) or "every-refresh" (fine mode)."""
+    """CPU cost of the sampler thread: counter "sparse" (what `jouleprof measure` uses: every
+    5 s, a 1 s burst of per-refresh reads each 60 s), "1s" (the e2e mode's ~1/s, bursts each
+    30 s) or "every-refresh" (fine mode).
+
+    Besides the whole run's figure (its first second is a dense burst), the steady state is
+    measured from 2 s on by reading the thread's CPU clock from outside it.
+    """
     from jouleprof.clock import MonotonicClock
     from jouleprof.sensors.nvml import NvmlSensor
     from jouleprof.sensors.sampler import ListSink, Sampler, SamplerConfig
 
     if counter == "sparse":
         cfg = SamplerConfig(
-            interval_s=interval_s,
-            counter_interval_s=1.0,
-            counter_dense_s=0.0,
-            counter_burst_every_s=30.0,
+            interval_s=interval_s, counter_interval_s=5.0, counter_burst_every_s=60.0
+        )
+    elif counter == "1s":
+        cfg = SamplerConfig(
+            interval_s=interval_s, counter_interval_s=1.0, counter_burst_every_s=30.0
         )
     else:
         cfg = SamplerConfig(interval_s=interval_s, counter_interval_s=0.1)
     sensor = NvmlSensor([0])
+    skip_s = 2.0
     with Sampler([sensor], ListSink(), cfg, clock=MonotonicClock()) as s:
-        time.sleep(seconds)
+        time.sleep(skip_s)
+        clk = time.pthread_getcpuclockid(s._thread.ident)
+        c0, n0, w0 = time.clock_gettime(clk), s.stats.n_counter_reads, time.perf_counter()
+        time.sleep(max(seconds - skip_s, 1.0))
+        c1, n1, w1 = time.clock_gettime(clk), s.stats.n_counter_reads, time.perf_counter()
     sensor.close()
     st = s.stats.to_json()
     st["interval_s"] = interval_s
     st["counter"] = counter
+    st["steady_window_s"] = w1 - w0
+    st["steady_cpu_fraction_of_core"] = (c1 - c0) / (w1 - w0)
+    st["steady_counter_reads"] = n1 - n0
     return st
 
 
@@ -230,12 +244,12 @@ def main() -> None:
 
 def sampler_costs(seconds: float) -> list[dict]:
     """The sampler's CPU cost at 20 and 5 ms, counter sparse and every refresh, under load."""
-    load = subprocess.Popen(load_cmd(4 * seconds + 8.0, 0.25), stdout=subprocess.DEVNULL)
+    load = subprocess.Popen(load_cmd(6 * seconds + 10.0, 0.25), stdout=subprocess.DEVNULL)
     time.sleep(2.0)
     try:
         return [
             sampler_cost(iv, seconds, counter)
-            for counter in ("sparse", "every-refresh")
+            for counter in ("sparse", "1s", "every-refresh")
             for iv in (0.02, 0.005)
         ]
     finally:
@@ -247,7 +261,8 @@ def print_sampler_costs(costs: list[dict]) -> None:
     for c in costs:
         print(
             f"sampler {c['interval_s'] * 1e3:.0f} ms, counter {c['counter']}: "
-            f"cpu {c['cpu_fraction_of_core']:.4f} of a core, polls {c['n_polls']}, "
+            f"cpu {c['cpu_fraction_of_core']:.4f} of a core "
+            f"(steady {c['steady_cpu_fraction_of_core']:.4f}), polls {c['n_polls']}, "
             f"counter reads {c['n_counter_reads']}, mean counter read {c['mean_counter_read_s']}"
         )
 

@@ -37,10 +37,12 @@ class MeasureConfig:
     """User-visible GPU indices (as under CUDA_VISIBLE_DEVICES); None: every visible GPU."""
     interval_s: float = 0.02
     """Period of the cheap sensor reads."""
-    counter_interval_s: float = 1.0
-    """Mean time between reads of a slow energy counter. Each NVML counter read costs ~5 ms of
-    CPU on an H200, so end-to-end runs read it about once a second; phase attribution (fine
-    mode) reads it about once per refresh (0.1)."""
+    counter_interval_s: float = 5.0
+    """Mean time between reads of a slow energy counter in the run's middle (its start and end
+    are read every refresh). Each NVML counter read costs ~5 ms of CPU on an H200: every 5 s
+    keeps `jouleprof measure`'s sampler near 1 % of a core at 20 ms
+    (benchmarks/results/sampler_cost); the e2e mode reads it about once a second, phase
+    attribution (fine mode) about once per refresh (0.1)."""
     counter_dense_s: float = 10.0
     """For the first seconds of a run the counter is read every refresh whatever
     counter_interval_s says (and again just after the work ends): a short run's energy then
@@ -168,9 +170,16 @@ def measure(
             interval_s=cfg.interval_s,
             counter_interval_s=cfg.counter_interval_s,
             counter_dense_s=cfg.counter_dense_s,
-            # A burst of per-refresh counter reads each 30 s keeps its grid located
-            # (~0.2 % of a core on an H200) where reads are otherwise sparse.
-            counter_burst_every_s=30.0 if cfg.counter_interval_s > 0.5 else None,
+            # A burst of per-refresh counter reads (1 s) keeps its grid located where reads
+            # are otherwise sparse: every 30 s at ~1 read/s, every 60 s when sparser
+            # (~0.1 % of a core on an H200).
+            counter_burst_every_s=(
+                None
+                if cfg.counter_interval_s <= 0.5
+                else 30.0
+                if cfg.counter_interval_s < 2.0
+                else 60.0
+            ),
         )
         sampler = Sampler(sensors, writer, scfg, clock=clock)
         m = Measurement(run_dir, record, clock, sampler, sampler.devices, list(discovery.notes))

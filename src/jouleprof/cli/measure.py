@@ -62,8 +62,11 @@ def measure_cmd(
     interval_ms: Annotated[float, typer.Option(help="Sensor read interval in ms.")] = 20.0,
     counter_interval_ms: Annotated[
         float,
-        typer.Option(help="Mean interval between energy-counter reads, ms (each costs ~5 ms CPU)."),
-    ] = 1000.0,
+        typer.Option(
+            help="Mean interval between energy-counter reads in the run's middle, ms (each "
+            "costs ~5 ms CPU; the start and end are read every refresh)."
+        ),
+    ] = 5000.0,
     idle_s: Annotated[
         float, typer.Option(help="Seconds of idle baseline before the command (0: none).")
     ] = 1.0,
