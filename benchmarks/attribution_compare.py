@@ -94,6 +94,21 @@ def compare(run_dir: Path) -> dict:
             row["meets_5pct_target"] = d is not None and abs(d) <= 5
             ok &= bool(row["meets_5pct_target"])
         out["phases"][phase] = row
+    # Rows the regression could only weigh jointly ("optimizer+ema"): against the members'
+    # isolated sum (reported beside, not counted for the per-phase target).
+    reg = tables["regression"]
+    for joint in [] if reg is None else [p for p in reg.index if "+" in p]:
+        members = joint.split("+")
+        if all(m in iso.index for m in members):
+            ref = float(iso.loc[members, "energy_per_step_j"].sum())
+            v = float(reg.loc[joint, "energy_per_step_j"])
+            out["phases"][joint] = {
+                "isolation_j": ref,
+                "share_pct": 100 * ref / total if total else None,
+                "regression_j": v,
+                "regression_vs_isolation_pct": 100 * (v / ref - 1) if ref else None,
+                "joint": True,
+            }
     out["regression_meets_target"] = ok
     replay, inside = replay_times(run_dir), step_times(run_dir)
     for phase, row in out["phases"].items():

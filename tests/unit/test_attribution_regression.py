@@ -177,3 +177,27 @@ def test_unrecorded_work_between_steps_is_left_out_not_called_idle():
         assert p.resolved and abs(p.energy_j - truth[name]) < p.energy_hi_j - p.energy_lo_j
     # The baseline measures only the recorded steps' windows.
     assert prop.step_energy_j == pytest.approx(sum(truth.values()), rel=0.005)
+
+
+def test_phases_the_fit_cannot_split_are_weighed_together():
+    # A 4 ms and a 3 ms phase back to back after a long one, over only 120 steps: this seed's
+    # fit gives the 3 ms one more power than the sensor ever read (it absorbs its neighbour),
+    # so that phase is unresolved; their sum is a row of its own whose interval holds the truth.
+    phases = [
+        PhaseSpec("forward", 0.140, 480.0),
+        PhaseSpec("backward", 0.220, 600.0),
+        PhaseSpec("opt", 0.004, 430.0),
+        PhaseSpec("ema", 0.003, 520.0),
+    ]
+    run = simulate_training(phases, 120, span_noise_s=50e-6, seed=0)
+    samples = run.samples_frame()
+    tl = build_timeline(run.spans_frame(), samples["t_s"].min(), samples["t_s"].max())
+    reg = attribute_regression(samples, tl, "gpu0")
+    truth = exact_truth(run, set(tl.analysed_steps))
+    by = {p.phase: p for p in reg.phases}
+    assert not by["ema"].resolved and "absorbs a neighbour" in by["ema"].note
+    joint = by["opt+ema"]
+    assert joint.resolved and "jointly" in joint.note
+    assert joint.energy_lo_j <= truth["opt"] + truth["ema"] <= joint.energy_hi_j
+    assert joint.time_s == pytest.approx(by["opt"].time_s + by["ema"].time_s)
+    assert [p.phase for p in reg.phases if "+" in p.phase] == ["opt+ema"]

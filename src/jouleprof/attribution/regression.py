@@ -311,8 +311,12 @@ def attribute_regression(
             "steps run nearly in lockstep with the sensor, so short phases may stay unresolved; "
             f"intervals widened ×{widen:.1f}"
         )
+    ceiling_w = _power_ceiling_w(dev, timeline)
     results, step_e, step_lo, step_hi = _phase_results(
-        timeline, cols, power, boot, sys_sd_w, cover, cfg, device, widen
+        timeline, cols, power, boot, sys_sd_w, cover, cfg, device, widen, ceiling_w
+    )
+    results.extend(
+        _joint_results(timeline, cols, power, boot, sys_sd_w, cfg, device, widen, results, step_e)
     )
     resid = y - x @ power
     diagnostics = {
@@ -359,10 +363,13 @@ def attribute_regression(
     )
 
 
-def _phase_results(timeline, cols, power, boot, sys_sd_w, cover, cfg, device, widen=1.0):
+def _phase_results(
+    timeline, cols, power, boot, sys_sd_w, cover, cfg, device, widen=1.0, ceiling_w=None
+):
     """One PhaseResult per label, resolved or not; and the analysed steps' energy with bounds.
 
     `widen` multiplies each interval's half-widths (lockstep: see attribute_regression).
+    `ceiling_w`: a fitted power above it is not physical (see `_power_ceiling_w`).
     """
     alpha = 1.0 - cfg.confidence
     z = float(norm.ppf(1 - alpha / 2))
@@ -401,6 +408,11 @@ def _phase_results(timeline, cols, power, boot, sys_sd_w, cover, cfg, device, wi
             why = f"only {n_cover} sensor intervals overlap it (need {cfg.min_rows})"
         elif power[i] <= 0:
             why = "the fit pins its power at 0 W: the data cannot separate it from its neighbours"
+        elif ceiling_w is not None and power[i] > ceiling_w:
+            why = (
+                f"its fitted power {power[i]:.0f} W is above any the sensor read "
+                f"(ceiling {ceiling_w:.0f} W): it absorbs a neighbour's energy"
+            )
         elif hi - lo > e:
             why = (
                 f"its {100 * cfg.confidence:.0f}% interval [{lo:.4g}, {hi:.4g}] J is wider than "
@@ -429,6 +441,118 @@ def _phase_results(timeline, cols, power, boot, sys_sd_w, cover, cfg, device, wi
             )
         )
     return results, step_e, step_lo, step_hi
+
+
+CEILING_MARGIN = 1.15
+"""A phase's mean power may exceed the highest power reading by this factor (the instant
+field averages ~25 ms, so a short phase can peak above it) before the fit is called
+unphysical."""
+
+
+def _power_ceiling_w(dev, timeline: Timeline) -> float | None:
+    """The most power any phase could draw: the highest power reading of the analysed
+    region, times CEILING_MARGIN; None when no power field was read."""
+    t0, t1 = timeline.region_s
+    inside = dev[(dev["t_s"] >= t0) & (dev["t_s"] <= t1)]
+    peaks = [
+        float(inside[c].max())
+        for c in ("power_instant_w", "power_w")
+        if c in inside.columns and inside[c].notna().any()
+    ]
+    return CEILING_MARGIN * max(peaks) if peaks else None
+
+
+def _adjacent_pairs(timeline: Timeline) -> dict[frozenset[str], int]:
+    """How often two in-step labels follow each other directly on the timeline."""
+    names, labels = timeline.names, timeline.labels
+    in_step = set(timeline.in_step_labels)
+    pairs: dict[frozenset[str], int] = {}
+    for a, b in zip(labels[:-1], labels[1:], strict=True):
+        na, nb = names[a], names[b]
+        if na != nb and na in in_step and nb in in_step:
+            key = frozenset((na, nb))
+            pairs[key] = pairs.get(key, 0) + 1
+    return pairs
+
+
+def _nested(a: str, b: str) -> bool:
+    """Whether one phase contains the other ("forward" and "forward/target")."""
+    return a.startswith(b + "/") or b.startswith(a + "/")
+
+
+def _joint_results(timeline, cols, power, boot, sys_sd_w, cfg, device, widen, results, step_e):
+    """Rows for phases the fit cannot split but can weigh together.
+
+    Two phases that follow each other in (nearly) every step and that the data cannot tell
+    apart — one pinned at 0 W, or the other absorbing it above any power the sensor read —
+    still have a well-measured sum. For each unresolved in-step phase, its most frequent
+    direct neighbour joins it; the pair's energy and interval come from the same fit and
+    bootstrap (where the two trade energy, their sum stays put). Named "a+b" (step order),
+    resolved when its interval is narrower than its estimate.
+    """
+    alpha = 1.0 - cfg.confidence
+    z = float(norm.ppf(1 - alpha / 2))
+    col_of = {timeline.names[j]: i for i, j in enumerate(cols)}
+    unresolved_in_step = [
+        r.phase
+        for r in results
+        if not r.resolved and r.phase in col_of and r.phase in set(timeline.in_step_labels)
+    ]
+    pairs = _adjacent_pairs(timeline)
+    n_steps = timeline.n_steps
+    done: set[frozenset[str]] = set()
+    out: list[PhaseResult] = []
+    for name in unresolved_in_step:
+        cands = [
+            (key, n)
+            for key, n in pairs.items()
+            if name in key and n >= 0.5 * n_steps and not _nested(*key)
+        ]
+        if not cands:
+            continue
+        # An unresolved neighbour first (the two are what the fit could not split), then
+        # the most frequent one.
+        best = max(cands, key=lambda c: (all(p in unresolved_in_step for p in c[0]), c[1]))[0]
+        if best in done or not all(p in col_of for p in best):
+            continue
+        done.add(best)
+        members = [p for p in timeline.order if p in best]
+        idx = [col_of[p] for p in members]
+        t = np.array([timeline.time_s[p] for p in members])
+        e = float(power[idx] @ t)
+        if e <= 0:
+            continue
+        q_lo, q_hi = np.quantile(boot[:, idx] @ t, [alpha / 2, 1 - alpha / 2])
+        s_j = z * float(np.sqrt(np.sum((sys_sd_w[idx] * t) ** 2)))
+        floor = cfg.min_rel_halfwidth * e
+        lo = e - max(widen * float(np.hypot(max(e - q_lo, 0.0), s_j)), floor)
+        hi = e + max(widen * float(np.hypot(max(q_hi - e, 0.0), s_j)), floor)
+        if hi - lo > e:
+            continue
+        time_s = float(t.sum())
+        label = "+".join(members)
+        note = (
+            f"jointly: the data cannot split {' from '.join(members)}, but weigh them together; "
+            f"±{pct_text(50 * (hi - lo) / e)}%"
+        )
+        out.append(
+            PhaseResult(
+                label,
+                time_s,
+                time_s / n_steps,
+                e,
+                max(lo, 0.0),
+                hi,
+                e / time_s if time_s > 0 else None,
+                100.0 * e / step_e if step_e > 0 else None,
+                METHOD,
+                True,
+                note,
+                device,
+                n_steps,
+            )
+        )
+    return out
 
 
 def _refresh_coverage(timeline: Timeline, grid: RefreshEstimate, bins: int = 20) -> float:
