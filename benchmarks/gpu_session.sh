@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What to run on the lent H200 (device tool), one stage per call, each inside 10 minutes.
 #   bash benchmarks/gpu_session.sh core    # tests/gpu, then measure_core (sensors, idle, matmul, sampler cost)
-#   bash benchmarks/gpu_session.sh first   # tests/gpu, sampler cost, attr, then the study until DEADLINE_S
+#   bash benchmarks/gpu_session.sh first   # tests/gpu (SKIP_TESTS=1: not), sampler cost, attr, then the study until DEADLINE_S
 #   bash benchmarks/gpu_session.sh diag    # NVML tests, sampler cost, why real batches step slower
 #   bash benchmarks/gpu_session.sh attr    # V-JEPA2 vit_huge fine run: overhead + 3 attribution methods
 #   bash benchmarks/gpu_session.sh study   # the batch-size × mode study until DEADLINE_S; resumable
@@ -63,7 +63,7 @@ case "${1:-}" in
     tar czf "$OUT/measure_core.tar.gz" -C /tmp measure_core ;;
   first)
     stamp first
-    gpu_tests; echo "--- $(elapsed) s"
+    [ -n "${SKIP_TESTS:-}" ] || { gpu_tests; echo "--- $(elapsed) s"; }
     sampler; echo "--- $(elapsed) s"
     attr; echo "--- $(elapsed) s"
     study ;;
