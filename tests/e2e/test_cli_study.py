@@ -29,7 +29,9 @@ def test_profile_writes_a_run_directory_and_a_report(tmp_path):
         "--steps",
         "4",
         "--overhead-pairs",
-        "2",
+        "3",
+        "--overhead-block-steps",
+        "1",
         "--num-workers",
         "0",
         "--out",
@@ -37,6 +39,7 @@ def test_profile_writes_a_run_directory_and_a_report(tmp_path):
     )
     assert r.returncode == 0, r.stderr
     rec = json.loads((out / "run.json").read_text())
+    assert rec["extra"]["overhead"]["steps_per_arm"] == 3  # 3 pairs of one-step blocks
     assert rec["status"] == "complete"
     assert rec["summary"]["throughput_samples_per_s"]["value"] > 0
     assert (out / "report.html").stat().st_size > 1000

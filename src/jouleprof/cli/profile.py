@@ -30,6 +30,13 @@ def profile_cmd(
     overhead_pairs: Annotated[
         int, typer.Option(help="Fine mode: interleaved overhead block pairs.")
     ] = 4,
+    overhead_block_steps: Annotated[
+        int,
+        typer.Option(
+            help="Fine mode: steps per overhead block (1: instrumented and plain steps "
+            "alternate one by one, so slow drifts cancel in each pair)."
+        ),
+    ] = 8,
     isolation_s: Annotated[
         float, typer.Option(help="Fine mode: seconds to replay each phase alone (0: skip).")
     ] = 0.0,
@@ -85,6 +92,7 @@ def profile_cmd(
             data=data,
             num_workers=num_workers,
             overhead_pairs=overhead_pairs if fine else 0,
+            overhead_block_steps=overhead_block_steps,
             isolation_s=isolation_s if fine else 0.0,
             fixed_batch=fixed_batch,
             gpus=parse_gpus(gpus),
