@@ -150,7 +150,10 @@ def run_cell(cfg: CellConfig, out: str | Path) -> Path:
     with measure(out, mode.measure_config(cfg.gpus, cfg.interval_s), run_config=run_config) as m:
         rec = m.record
         rec.extra["mode"] = cfg.mode
-        rec.notes.append(cfg.warmup.describe())
+        rec.notes.append(
+            cfg.warmup.describe()
+            + "; the warm-up's first step trains on real data, the rest replay that batch"
+        )
         steps_log = _StepLog(
             CsvAppender(m.run_dir.path / STEPS_CSV, STEP_COLUMNS), m.clock.origin_ns
         )
