@@ -25,13 +25,17 @@ import pandas as pd
 METHODS = ("proportional", "regression", "isolation")
 
 
+DEVICE = "gpu0"
+"""The device compared (a run measuring several GPUs has rows for each)."""
+
+
 def per_step(run_dir: Path, method: str) -> pd.DataFrame | None:
     p = run_dir / f"phases_{method}.csv"
     if not p.is_file():
         return None
     df = pd.read_csv(p)
     if "device" in df.columns:
-        df = df[df["device"].astype(str).str.startswith("gpu")]
+        df = df[df["device"].astype(str) == DEVICE]
     df = df[~df["phase"].isin(["total", "idle", "untracked", "outside"])].copy()
     df["top"] = df["phase"].astype(str).str.split("/").str[0]
     steps = df["time_s"] / df["time_per_step_s"]
@@ -62,7 +66,7 @@ def step_times(run_dir: Path) -> dict[str, float]:
         return {}
     df = pd.read_csv(p)
     if "device" in df.columns:
-        df = df[df["device"].astype(str).str.startswith("gpu")]
+        df = df[df["device"].astype(str) == DEVICE]
     top = df["phase"].astype(str).str.split("/").str[0]  # a parent's own time plus its children's
     return df.groupby(top)["time_per_step_s"].sum().astype(float).to_dict()
 
