@@ -70,7 +70,8 @@ class CellConfig:
     length every batch) is then compared with isolation replays of that same batch. Off for
     studies, which measure training as it is."""
     gpus: tuple[int, ...] | None = None
-    """GPU indices to measure; None: every visible one."""
+    """GPU indices to measure; None: the one the workload trains on (every visible GPU when
+    the workload cannot say)."""
     interval_s: float = 0.02
     """Sampler interval in fine mode."""
     warmup: WarmupRule = field(default_factory=WarmupRule)
@@ -147,7 +148,10 @@ def run_cell(cfg: CellConfig, out: str | Path) -> Path:
     run_config = {"cell": cfg.to_json(), "workload": wl.describe(wconfig)}
     out = Path(out)
     mode = Mode.parse(cfg.mode)
-    with measure(out, mode.measure_config(cfg.gpus, cfg.interval_s), run_config=run_config) as m:
+    # The GPUs measured: those asked for, else the one the workload trains on (on a machine
+    # with several, the idle ones would otherwise be counted in its energy per sample).
+    gpus = cfg.gpus if cfg.gpus is not None else wl.gpus()
+    with measure(out, mode.measure_config(gpus, cfg.interval_s), run_config=run_config) as m:
         rec = m.record
         rec.extra["mode"] = cfg.mode
         rec.notes.append(

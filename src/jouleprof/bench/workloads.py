@@ -56,6 +56,10 @@ class Workload(Protocol):
 
     def device(self) -> Any: ...
 
+    def gpus(self) -> tuple[int, ...] | None:
+        """User-visible indices of the GPUs the workload trains on; None: cannot say."""
+        ...
+
     def session(self, config: Any, marker: PhaseMarker, data: str) -> Session: ...
 
     def is_oom(self, exc: BaseException) -> bool: ...
@@ -85,6 +89,10 @@ class VJepa2Workload:
         import torch
 
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+    def gpus(self) -> tuple[int, ...] | None:
+        # The trainer uses "cuda", the current device: 0 unless the process changed it.
+        return (0,) if self.device().type == "cuda" else None
 
     def session(self, config, marker: PhaseMarker, data: str) -> Session:
         return _VJepa2Session(config, marker, data, self.device())

@@ -48,7 +48,8 @@ def profile_cmd(
         ),
     ] = False,
     gpus: Annotated[
-        str | None, typer.Option(help="GPU indices to measure (default: all visible).")
+        str | None,
+        typer.Option(help="GPU indices to measure (default: the one the workload trains on)."),
     ] = None,
     out: Annotated[Path | None, typer.Option(help="Run directory to create.")] = None,
     activation_checkpointing: Annotated[

@@ -63,7 +63,9 @@ def study_cmd(
     isolation_s: Annotated[
         float, typer.Option(help="Fine cells of rep 0: seconds per phase replay.")
     ] = 0.0,
-    gpus: Annotated[str | None, typer.Option(help="GPU indices to measure.")] = None,
+    gpus: Annotated[
+        str | None, typer.Option(help="GPU indices to measure (default: each cell's own GPU).")
+    ] = None,
     executor: Annotated[
         str, typer.Option(help="local (a process per cell) or slurm (submitit).")
     ] = "local",
