@@ -101,3 +101,31 @@ def test_bad_cell_config_is_refused_before_anything_runs(tmp_path):
     with pytest.raises(ValueError, match="preset"):
         run_cell(CellConfig(preset="vit_gigantic"), tmp_path / "y")
     assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
+
+
+class _OwnGpuWorkload(VJepa2Workload):
+    name = "owngpu"
+
+    def gpus(self):
+        return (3,)
+
+
+def test_a_cell_measures_its_workloads_gpu_unless_told_otherwise(tmp_path):
+    # With no NVIDIA driver, the error names the GPUs the cell asked the sensors for.
+    from jouleprof.errors import SensorUnavailable
+
+    pynvml = pytest.importorskip("pynvml")
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        pass
+    else:
+        pynvml.nvmlShutdown()
+        pytest.skip("an NVIDIA driver is present: this test reads the no-driver error")
+
+    workloads.register("owngpu", _OwnGpuWorkload)
+    base = dict(workload="owngpu", preset="tiny", mode="e2e", steps=1)
+    with pytest.raises(SensorUnavailable, match=r"GPU\(s\) \[3\] were requested"):
+        run_cell(CellConfig(**base, overrides={"num_workers": 0}), tmp_path / "own")
+    with pytest.raises(SensorUnavailable, match=r"GPU\(s\) \[1\] were requested"):
+        run_cell(CellConfig(**base, gpus=(1,), overrides={"num_workers": 0}), tmp_path / "told")
