@@ -74,6 +74,27 @@ def test_the_cache_is_reused_and_repaired(tmp_path):
     assert not list(tmp_path.glob(f"{SPEC.key()}.*")), "no staging folder left behind"
 
 
+def test_a_cache_finished_by_another_process_meanwhile_is_kept(tmp_path, monkeypatch):
+    # Two study cells start at once and both synthesize: the one that finishes second must
+    # not replace the first one's cache, which that cell's loader may be reading already.
+    from jouleprof.data import fakevideo
+
+    spec = FakeVideoSpec(num_clips=1, frames_per_clip=4, height_px=32, width_px=32)
+    first = synthesize(spec, tmp_path)
+    inode = first[0].stat().st_ino
+    real = fakevideo._cached_paths
+    calls = []
+
+    def not_there_yet(folder, s):  # the second process's first look, before the first finished
+        calls.append(folder)
+        return None if len(calls) == 1 else real(folder, s)
+
+    monkeypatch.setattr(fakevideo, "_cached_paths", not_there_yet)
+    second = synthesize(spec, tmp_path)
+    assert second == first and second[0].stat().st_ino == inode
+    assert [p.name for p in tmp_path.iterdir()] == [first[0].parent.name]  # no staging left
+
+
 def test_unreadable_clip_names_the_file(tmp_path):
     bad = tmp_path / "broken.mp4"
     bad.write_bytes(np.random.default_rng(0).bytes(4096))

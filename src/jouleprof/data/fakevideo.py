@@ -162,6 +162,10 @@ def synthesize(spec: FakeVideoSpec, cache_dir: str | Path | None = None) -> list
         manifest = {"key": spec.key(), "spec": dataclasses.asdict(spec), "codec": codec}
         manifest["files"] = files
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=1))
+        if _cached_paths(folder, spec) is not None:
+            # Another process finished first (two study cells starting at once): keep its
+            # copy, which its loader may already be reading, and drop ours.
+            return _cached_paths(folder, spec)
         if folder.exists():
             shutil.rmtree(folder, ignore_errors=True)  # an invalid or stale cache
         try:
