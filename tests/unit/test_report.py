@@ -432,3 +432,34 @@ def test_run_report_with_isolation_reference(study_dir, tmp_path):
     expect = 100 * (e_reg["backward"] - 500.0 * t["backward"]) / (500.0 * t["backward"])
     assert cmp.loc["backward", "regression_vs_isolation_pct"] == pytest.approx(expect)
     assert next(p for p in report.plots if p.name == "timeline").path is not None
+
+
+def test_phase_energy_legend_names_every_method_even_when_its_first_phase_is_unresolved(
+    tmp_path, monkeypatch
+):
+    from jouleprof.report import figures
+
+    rows = []
+    for method in ("proportional", "regression"):
+        for phase, resolved in (("data", method == "proportional"), ("forward", True)):
+            rows.append(
+                dict(
+                    method=method,
+                    phase=phase,
+                    resolved=resolved,
+                    energy_per_step_j=1.0 if resolved else float("nan"),
+                    energy_per_step_lo_j=0.9,
+                    energy_per_step_hi_j=1.1,
+                    mean_power_w=500.0,
+                )
+            )
+    seen = {}
+
+    def keep(fig, out_dir, name):
+        seen["fig"] = fig
+        return out_dir / f"{name}.png"
+
+    monkeypatch.setattr(figures, "save", keep)
+    figures.phase_energy_plot(pd.DataFrame(rows), tmp_path)
+    legend = seen["fig"].axes[0].get_legend()
+    assert [t.get_text() for t in legend.get_texts()] == ["proportional", "regression"]

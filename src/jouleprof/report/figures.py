@@ -282,6 +282,7 @@ def phase_energy_plot(phases: pd.DataFrame, out_dir: Path) -> Plot:
     width = 0.8 / max(len(methods), 1)
     x = np.arange(len(names))
     col = colors(methods)
+    labelled: set[str] = set()  # each method named once, on its first drawn bar
     for k, m in enumerate(methods):
         g = phases[phases["method"] == m].set_index("phase")
         xs = x + (k - (len(methods) - 1) / 2) * width
@@ -302,8 +303,9 @@ def phase_energy_plot(phases: pd.DataFrame, out_dir: Path) -> Plot:
                 yerr=err,
                 capsize=3,
                 color=col[m],
-                label=m if ph == g.index[0] else None,
+                label=None if m in labelled else m,
             )
+            labelled.add(m)
             if not pd.isna(r["mean_power_w"]):
                 axes[0, 1].bar(xi, r["mean_power_w"], width, color=col[m])
     for ax, ylabel in ((axes[0, 0], "energy per step (J)"), (axes[0, 1], "mean power (W)")):
