@@ -363,6 +363,21 @@ def attribute_regression(
     )
 
 
+def _energy_interval(power, boot, sys_sd_w, idx, t_s, cfg, widen=1.0):
+    """Energy of the columns `idx` over times `t_s` (s), and its interval: the bootstrap's
+    quantiles combined with the systematic spread (sensor-model uncertainty), half-widths
+    times `widen`, never narrower than ± cfg.min_rel_halfwidth of the estimate."""
+    alpha = 1.0 - cfg.confidence
+    z = float(norm.ppf(1 - alpha / 2))
+    e = float(power[idx] @ t_s)
+    q_lo, q_hi = np.quantile(boot[:, idx] @ t_s, [alpha / 2, 1 - alpha / 2])
+    s_j = z * float(np.sqrt(np.sum((sys_sd_w[idx] * t_s) ** 2)))
+    floor = cfg.min_rel_halfwidth * e
+    lo = e - max(widen * float(np.hypot(max(e - q_lo, 0.0), s_j)), floor)
+    hi = e + max(widen * float(np.hypot(max(q_hi - e, 0.0), s_j)), floor)
+    return e, lo, hi
+
+
 def _phase_results(
     timeline, cols, power, boot, sys_sd_w, cover, cfg, device, widen=1.0, ceiling_w=None
 ):
@@ -371,20 +386,15 @@ def _phase_results(
     `widen` multiplies each interval's half-widths (lockstep: see attribute_regression).
     `ceiling_w`: a fitted power above it is not physical (see `_power_ceiling_w`).
     """
-    alpha = 1.0 - cfg.confidence
-    z = float(norm.ppf(1 - alpha / 2))
     n_steps = timeline.n_steps
     col_of = {timeline.names[j]: i for i, j in enumerate(cols)}
     in_step = set(timeline.in_step_labels)
     # Energy of the whole analysed steps: well determined even where its split is not.
     t_vec = np.array([timeline.time_s.get(timeline.names[j], 0.0) for j in cols])
     mask = np.array([timeline.names[j] in in_step for j in cols])
-    step_e = float(power[mask] @ t_vec[mask])
-    q = np.quantile(boot[:, mask] @ t_vec[mask], [alpha / 2, 1 - alpha / 2])
-    step_sys = z * float(np.sqrt(np.sum((sys_sd_w[mask] * t_vec[mask]) ** 2)))
-    floor = cfg.min_rel_halfwidth * step_e
-    step_lo = step_e - max(float(np.hypot(max(step_e - q[0], 0.0), step_sys)), floor)
-    step_hi = step_e + max(float(np.hypot(max(q[1] - step_e, 0.0), step_sys)), floor)
+    step_e, step_lo, step_hi = _energy_interval(
+        power, boot, sys_sd_w, np.flatnonzero(mask), t_vec[mask], cfg
+    )
 
     results: list[PhaseResult] = []
     for name in timeline.order:
@@ -395,14 +405,7 @@ def _phase_results(
             continue
         i = col_of[name]
         n_cover = int(cover[cols[i]])
-        e = float(power[i] * time_s)
-        q_lo, q_hi = (
-            float(v) * time_s for v in np.quantile(boot[:, i], [alpha / 2, 1 - alpha / 2])
-        )
-        s_j = z * float(sys_sd_w[i]) * time_s
-        floor = cfg.min_rel_halfwidth * e
-        lo = e - max(widen * float(np.hypot(max(e - q_lo, 0.0), s_j)), floor)
-        hi = e + max(widen * float(np.hypot(max(q_hi - e, 0.0), s_j)), floor)
+        e, lo, hi = _energy_interval(power, boot, sys_sd_w, [i], np.array([time_s]), cfg, widen)
         why = None
         if n_cover < cfg.min_rows:
             why = f"only {n_cover} sensor intervals overlap it (need {cfg.min_rows})"
@@ -490,13 +493,10 @@ def _joint_results(timeline, cols, power, boot, sys_sd_w, cfg, device, widen, re
     bootstrap (where the two trade energy, their sum stays put). Named "a+b" (step order),
     resolved when its interval is narrower than its estimate.
     """
-    alpha = 1.0 - cfg.confidence
-    z = float(norm.ppf(1 - alpha / 2))
     col_of = {timeline.names[j]: i for i, j in enumerate(cols)}
+    in_step = set(timeline.in_step_labels)
     unresolved_in_step = [
-        r.phase
-        for r in results
-        if not r.resolved and r.phase in col_of and r.phase in set(timeline.in_step_labels)
+        r.phase for r in results if not r.resolved and r.phase in col_of and r.phase in in_step
     ]
     pairs = _adjacent_pairs(timeline)
     n_steps = timeline.n_steps
@@ -519,15 +519,8 @@ def _joint_results(timeline, cols, power, boot, sys_sd_w, cfg, device, widen, re
         members = [p for p in timeline.order if p in best]
         idx = [col_of[p] for p in members]
         t = np.array([timeline.time_s[p] for p in members])
-        e = float(power[idx] @ t)
-        if e <= 0:
-            continue
-        q_lo, q_hi = np.quantile(boot[:, idx] @ t, [alpha / 2, 1 - alpha / 2])
-        s_j = z * float(np.sqrt(np.sum((sys_sd_w[idx] * t) ** 2)))
-        floor = cfg.min_rel_halfwidth * e
-        lo = e - max(widen * float(np.hypot(max(e - q_lo, 0.0), s_j)), floor)
-        hi = e + max(widen * float(np.hypot(max(q_hi - e, 0.0), s_j)), floor)
-        if hi - lo > e:
+        e, lo, hi = _energy_interval(power, boot, sys_sd_w, idx, t, cfg, widen)
+        if e <= 0 or hi - lo > e:
             continue
         time_s = float(t.sum())
         label = "+".join(members)
