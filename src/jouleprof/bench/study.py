@@ -202,8 +202,9 @@ class _Schedule:
     def _oom(self, bs: int) -> None:
         self.oom_at = bs if self.oom_at is None else min(self.oom_at, bs)
 
-    def take(self) -> dict[str, Any] | None:
-        """The next cell to run (its directory made ready), or None when none is left."""
+    def take(self) -> tuple[dict[str, Any], Path, Path] | None:
+        """The next cell to run, its directory (made ready) and its config file; None when
+        none is left."""
         with self.lock:
             while self.queue:
                 cell = self.queue.popleft()
@@ -217,10 +218,8 @@ class _Schedule:
                     continue
                 oom_at = self.oom_at
                 if self.spec.skip_larger_after_oom and oom_at is not None and bs >= oom_at:
-                    cell["status_override"] = (
-                        "oom",
-                        f"skipped: batch size {self.oom_at} ran out of memory",
-                    )
+                    why = f"skipped: batch size {oom_at} ran out of memory"
+                    cell["status_override"] = ("oom", why)
                     self._say(cell, "oom (skipped)")
                     write_index(self.out, self.all_cells)
                     continue
@@ -233,14 +232,13 @@ class _Schedule:
                 cdir.mkdir(parents=True)
                 cfg_path = cdir.parent / f"{cell['cell_id']}.config.json"
                 cfg_path.write_text(json.dumps(cell_config(self.spec, cell), indent=2))
-                return cell
+                return cell, cdir, cfg_path
             return None
 
     def work(self, runner: Runner) -> None:
         try:
-            while (cell := self.take()) is not None:
-                cdir = self.out / CELLS_DIR / cell["cell_id"]
-                cfg_path = cdir.parent / f"{cell['cell_id']}.config.json"
+            while (taken := self.take()) is not None:
+                cell, cdir, cfg_path = taken
                 t_cell = time.monotonic()
                 code = runner(cfg_path, cdir, self.spec.cell_timeout_s)
                 with self.lock:

@@ -139,7 +139,7 @@ class _VJepa2Session:
 
         t0 = time.perf_counter()
         if fixed and self.fixed_batch is None:
-            self.fixed_batch = next(self._loader)
+            next(self.batches)  # draws the first batch, which _keep_first keeps
         self.trainer.train_step(self.fixed_batch if fixed else self.batches)
         if sync:
             self.sync()

@@ -11,7 +11,6 @@ decode, temporal sampling, random resized crop, normalization (see `clipdataset.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import logging
 import shutil
@@ -23,6 +22,7 @@ from typing import Any
 import av
 import numpy as np
 
+from jouleprof.cache import cache_root, key_of
 from jouleprof.data.clipdataset import VideoClipDataset
 from jouleprof.errors import ConfigError
 
@@ -73,8 +73,7 @@ class FakeVideoSpec:
         fields: dict[str, Any] = dataclasses.asdict(self)
         fields["codec"] = self.resolved_codec()
         fields["format_version"] = FORMAT_VERSION
-        blob = json.dumps(fields, sort_keys=True).encode()
-        return hashlib.sha256(blob).hexdigest()[:16]
+        return key_of(fields)
 
 
 def pattern_frames(spec: FakeVideoSpec, clip_index: int) -> np.ndarray:
@@ -116,8 +115,6 @@ def encode_clip(path: Path, frames: np.ndarray, fps: int, codec: str) -> None:
 
 def default_cache_dir() -> Path:
     """The FakeVideo cache folder: `fakevideo` under jouleprof's cache root (`jouleprof.cache`)."""
-    from jouleprof.cache import cache_root
-
     return cache_root() / "fakevideo"
 
 
@@ -162,10 +159,10 @@ def synthesize(spec: FakeVideoSpec, cache_dir: str | Path | None = None) -> list
         manifest = {"key": spec.key(), "spec": dataclasses.asdict(spec), "codec": codec}
         manifest["files"] = files
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=1))
-        if _cached_paths(folder, spec) is not None:
+        if (theirs := _cached_paths(folder, spec)) is not None:
             # Another process finished first (two study cells starting at once): keep its
             # copy, which its loader may already be reading, and drop ours.
-            return _cached_paths(folder, spec)
+            return theirs
         if folder.exists():
             shutil.rmtree(folder, ignore_errors=True)  # an invalid or stale cache
         try:
