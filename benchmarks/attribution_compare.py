@@ -30,6 +30,8 @@ DEVICE = "gpu0"
 
 
 def per_step(run_dir: Path, method: str) -> pd.DataFrame | None:
+    """Energy (with bounds) and time per step of each top-level phase: a parent's own share
+    plus its children's ("forward" = "forward" + "forward/target" + "forward/context")."""
     p = run_dir / f"phases_{method}.csv"
     if not p.is_file():
         return None
@@ -42,9 +44,8 @@ def per_step(run_dir: Path, method: str) -> pd.DataFrame | None:
     df["energy_per_step_j"] = df["energy_j"] / steps
     df["lo_per_step_j"] = df["energy_lo_j"] / steps
     df["hi_per_step_j"] = df["energy_hi_j"] / steps
-    return df.groupby("top")[["energy_per_step_j", "lo_per_step_j", "hi_per_step_j"]].sum(
-        min_count=1
-    )
+    cols = ["energy_per_step_j", "lo_per_step_j", "hi_per_step_j", "time_per_step_s"]
+    return df.groupby("top")[cols].sum(min_count=1)
 
 
 def replay_times(run_dir: Path) -> dict[str, float]:
@@ -57,18 +58,6 @@ def replay_times(run_dir: Path) -> dict[str, float]:
     if "forward+backward" in w and "forward" in w:
         out["backward"] = float(w["forward+backward"] - w["forward"])
     return out
-
-
-def step_times(run_dir: Path) -> dict[str, float]:
-    """Seconds per step of each top-level phase inside the training steps."""
-    p = run_dir / "phases_proportional.csv"
-    if not p.is_file():
-        return {}
-    df = pd.read_csv(p)
-    if "device" in df.columns:
-        df = df[df["device"].astype(str) == DEVICE]
-    top = df["phase"].astype(str).str.split("/").str[0]  # a parent's own time plus its children's
-    return df.groupby(top)["time_per_step_s"].sum().astype(float).to_dict()
 
 
 def compare(run_dir: Path) -> dict:
@@ -114,13 +103,14 @@ def compare(run_dir: Path) -> dict:
                 "joint": True,
             }
     out["regression_meets_target"] = ok
-    replay, inside = replay_times(run_dir), step_times(run_dir)
+    replay = replay_times(run_dir)
+    prop = tables["proportional"]  # its time per step is each phase's time inside the steps
+    inside = {} if prop is None else prop["time_per_step_s"].astype(float).to_dict()
     for phase, row in out["phases"].items():
         if phase in replay and inside.get(phase):
             row["replay_s"], row["in_step_s"] = replay[phase], inside[phase]
             row["replay_time_ratio"] = replay[phase] / inside[phase]
             row["replay_faithful"] = abs(row["replay_time_ratio"] - 1) <= 0.10
-    prop = tables["proportional"]
     if prop is not None:
         step_j = float(prop["energy_per_step_j"].sum())
         out["measured_step_j"] = step_j
