@@ -4,6 +4,7 @@
 #   bash benchmarks/gpu_session.sh first   # tests/gpu (SKIP_TESTS=1: not), sampler cost, attr, then the study until DEADLINE_S
 #   bash benchmarks/gpu_session.sh diag    # NVML tests, sampler cost, why real batches step slower
 #   bash benchmarks/gpu_session.sh attr    # V-JEPA2 vit_huge fine run: overhead + 3 attribution methods
+#   bash benchmarks/gpu_session.sh par     # two GPUs: study on GPU 1 beside sampler cost + attr on GPU 0, then both
 #   bash benchmarks/gpu_session.sh study   # the batch-size × mode study until DEADLINE_S; resumable
 # DEADLINE_S (default 540): seconds after the call's start by which the study starts no new cell
 # (less the longest cell, RESERVE_S); the study resumes in the next call.
@@ -73,8 +74,18 @@ case "${1:-}" in
     python3 -m pytest tests/gpu/test_nvml.py -q -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests_nvml.txt" | tail -3
     sampler; echo "--- $(elapsed) s"
     python3 benchmarks/diagnose_step.py --out "$OUT" --n "${DIAG_N:-12}" --workers 12,4,0 2>&1 | grep -v -i warn | tail -15 ;;
+  par)
+    # Two GPUs: the study runs on GPU 1 while the sampler cost and the attribution benchmark use
+    # GPU 0 (ATTR_GPU); once they finish the study goes on over both GPUs until DEADLINE_S.
+    stamp par
+    ( PARALLEL_GPUS=1 DEADLINE_S=$(( ${ATTR_EST_S:-260} + ${RESERVE_S:-50} )) study > "$OUT/study_gpu1.log" 2>&1 ) &
+    study_pid=$!
+    sampler; echo "--- $(elapsed) s"
+    attr; echo "--- $(elapsed) s"
+    wait "$study_pid"; tail -5 "$OUT/study_gpu1.log"; echo "--- $(elapsed) s"
+    PARALLEL_GPUS=0,1 study ;;
   attr) stamp attr; attr ;;
   study) stamp study; study ;;
-  *) echo "usage: $0 core|first|diag|attr|study" >&2; exit 2 ;;
+  *) echo "usage: $0 core|first|par|diag|attr|study" >&2; exit 2 ;;
 esac
 echo "=== done in $(elapsed) s"
