@@ -79,9 +79,15 @@ def test_event_durations_match_synchronized_timing(mats):
     d_ev, d_sy = _durations(ev.sink.spans), _durations(sy.sink.spans)
     _report("median_phase_s_events", d_ev)
     _report("median_phase_s_sync", d_sy)
-    for name in ("forward", "backward", "optimizer"):
-        # Synchronized timing also holds the sync's and the restart's latency (~0.1 ms).
-        assert d_ev[name] == pytest.approx(d_sy[name], rel=0.03, abs=2e-4), name
+    # Synchronized timing also holds the sync's and the next launch's latency: a constant per
+    # phase, whatever its length (on the H200 host 0.28–0.41 ms, gpu_tests_1f648cf.txt, where
+    # a 3 % tolerance failed the 9.5 ms phase). Events must not lose time (sync − events
+    # within [−0.2, +1] ms) and the gap must be one latency, not a share of each phase.
+    gap_s = {name: d_sy[name] - d_ev[name] for name in ("forward", "backward", "optimizer")}
+    _report("sync_minus_events_s", gap_s)
+    for name, gap in gap_s.items():
+        assert -2e-4 <= gap <= 1e-3, (name, gap)
+    assert max(gap_s.values()) - min(gap_s.values()) < 3e-4, gap_s
     _report("host_us_per_boundary_events", ev.stats.host_us_per_boundary)
     _report("max_host_lead_s", ev.stats.max_host_lead_s)
     assert ev.stats.max_host_lead_s < 1e-4
