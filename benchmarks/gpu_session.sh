@@ -3,8 +3,11 @@
 #   bash benchmarks/gpu_session.sh core    # tests/gpu, then measure_core (sensors, idle, matmul, sampler cost)
 #   bash benchmarks/gpu_session.sh first   # tests/gpu (SKIP_TESTS=1: not), sampler cost, attr, then the study until DEADLINE_S
 #   bash benchmarks/gpu_session.sh diag    # NVML tests, sampler cost, why real batches step slower
+#   bash benchmarks/gpu_session.sh alone   # one GPU, host to itself: attr, replay, sampler cost, GPU tests
+#   bash benchmarks/gpu_session.sh replay  # replayed forward+backward vs the same inside steps (CUDA events)
 #   bash benchmarks/gpu_session.sh attr    # V-JEPA2 vit_huge fine run: overhead + 3 attribution methods
 #   bash benchmarks/gpu_session.sh par     # two GPUs: study on GPU 1 beside sampler cost + attr on GPU 0, then both
+#                                          (attr then shares the host with a study cell: use `alone` for its figures)
 #   bash benchmarks/gpu_session.sh study   # the batch-size × mode study until DEADLINE_S; resumable
 # DEADLINE_S (default 540): seconds after the call's start by which the study starts no new cell
 # (less the longest cell, RESERVE_S); the study resumes in the next call.
@@ -42,6 +45,10 @@ attr() {
       --num-workers "${WORKERS:-12}" --fixed-batch --out /tmp/attr_vith_b8 2>&1 | tail -30
   python3 benchmarks/attribution_compare.py /tmp/attr_vith_b8 --json /tmp/attr_vith_b8/compare.json
   tar czf "$OUT/attr_vith_b8.tar.gz" -C /tmp attr_vith_b8
+}
+replay() {
+  python3 benchmarks/replay_fidelity.py --out "$OUT/replay_fidelity.json" --preset "${PRESET:-vit_huge}" \
+      --batch-size "${BATCH:-8}" --n "${REPLAY_N:-30}" 2>&1 | grep -v -i warn | tail -6
 }
 study() {
   mkdir -p /tmp/study
@@ -84,8 +91,17 @@ case "${1:-}" in
     attr; echo "--- $(elapsed) s"
     wait "$study_pid"; tail -5 "$OUT/study_gpu1.log"; echo "--- $(elapsed) s"
     PARALLEL_GPUS=0,1 study ;;
+  replay) stamp replay; replay ;;
+  alone)
+    # One GPU, nothing else on the host: the attribution run, the replay-fidelity check, the
+    # sampler cost, then the GPU tests (~7 min in all on the H200).
+    stamp alone
+    attr; echo "--- $(elapsed) s"
+    replay; echo "--- $(elapsed) s"
+    sampler; echo "--- $(elapsed) s"
+    gpu_tests ;;
   attr) stamp attr; attr ;;
   study) stamp study; study ;;
-  *) echo "usage: $0 core|first|par|diag|attr|study" >&2; exit 2 ;;
+  *) echo "usage: $0 core|first|par|alone|replay|diag|attr|study" >&2; exit 2 ;;
 esac
 echo "=== done in $(elapsed) s"

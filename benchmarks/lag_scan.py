@@ -69,9 +69,7 @@ def scan(run: Path, lags_ms: list[float], warmup_steps: int = 0) -> list[dict]:
             rows.append(row)
             print(
                 f"lag {lag_ms:+6.1f} ms  residual {row['residual_rms_w']:7.2f} W  "
-                + "  ".join(
-                    f"{k[:-2]} {v:.2f}" for k, v in row.items() if k.endswith("_j") and v
-                ),
+                + "  ".join(f"{k[:-2]} {v:.2f}" for k, v in row.items() if k.endswith("_j") and v),
                 flush=True,
             )
     return rows
@@ -94,7 +92,9 @@ def main() -> None:
     best = min(rows, key=lambda r: r["residual_rms_w"])
     print(f"smallest residual at lag {best['lag_ms']:+.1f} ms")
     if a.json:
-        a.json.write_text(json.dumps({"run": str(a.run), "scan": rows, "isolation_j": ref}, indent=1))
+        a.json.write_text(
+            json.dumps({"run": str(a.run), "scan": rows, "isolation_j": ref}, indent=1)
+        )
 
 
 if __name__ == "__main__":
