@@ -51,6 +51,12 @@ def test_fine_cell_records_phases_overhead_and_says_why_energy_is_missing(tmp_pa
     if not any(d.startswith("gpu") for d in rd.read_samples()["device"]):
         assert s["energy_per_sample_j"].value is None and s["energy_per_sample_j"].reason
         assert rec.extra["attribution"]["regression"]["ok"] is False
+    # Where the wall time went: every part named, in the order the cell spent it.
+    timing = rec.extra["timing_s"]
+    parts = ["process_start", "open", "setup", "facts", "warmup", "measured", "overhead"]
+    assert list(timing)[: len(parts)] == parts
+    assert {"teardown", "close", "finish"} <= set(timing)
+    assert all(v is None or v >= 0 for v in timing.values())
 
 
 class _OomWorkload(VJepa2Workload):

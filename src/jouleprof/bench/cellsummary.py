@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -32,12 +33,20 @@ BF16_FLOP_PER_J_H200 = 790e12 / 700.0
 
 def _peak_flops(hardware: dict[str, Any]) -> tuple[float | None, str]:
     gpus = hardware.get("gpus")
+    if isinstance(gpus, dict):  # not described, and the record says why
+        return None, f"no GPU in the hardware record ({gpus.get('reason') or 'no reason given'})"
     names = [g.get("name", "") for g in gpus] if isinstance(gpus, list) else []
     for name in names:
         for key, peak in BF16_PEAK_FLOPS.items():
             if key in name:
                 return peak, f"{key} bf16 dense datasheet peak"
     return None, f"no datasheet peak known for GPU {names or 'none'}"
+
+
+def _described_gpu_count(hardware: dict[str, Any]) -> int:
+    """How many GPUs the hardware record describes (a baseline cell samples none)."""
+    gpus = hardware.get("gpus")
+    return len(gpus) if isinstance(gpus, list) else 0
 
 
 def _read_steps(rd: RunDir):
@@ -112,7 +121,7 @@ def cell_figures(rd: RunDir) -> dict[str, Figure]:
     f_train = flops.get("forward_backward_flops")
     if f_train:
         peak, why = _peak_flops(rec.hardware)
-        n_gpu = max(len(gpus), 1)
+        n_gpu = len(gpus) or _described_gpu_count(rec.hardware) or 1
         if peak:
             out["mfu_pct"] = Figure.estimated(
                 100 * f_train * thr / (peak * n_gpu), "%", reason=f"counted FLOPs / {why}"
@@ -163,12 +172,20 @@ def attribute_cell(rd: RunDir) -> dict[str, Any]:
     return status
 
 
-def finish_cell(run_dir: str | os.PathLike[str]) -> None:
-    """Add the cell's figures and attribution to its run.json (idempotent)."""
+def finish_cell(run_dir: str | os.PathLike[str], timing_s: dict[str, Any] | None = None) -> None:
+    """Add the cell's figures and attribution to its run.json (idempotent).
+
+    timing_s: more parts of the cell's wall time to record (run.json extra.timing_s), to which
+    this adds "finish", its own duration.
+    """
+    t0 = time.perf_counter()
     rd = RunDir(Path(run_dir))
     figs = cell_figures(rd)
     status = attribute_cell(rd)
     rec = rd.read_record()
     rec.summary.update(figs)
     rec.extra["attribution"] = status
+    timing = rec.extra.setdefault("timing_s", {})
+    timing.update(timing_s or {})
+    timing["finish"] = round(time.perf_counter() - t0, 3)
     rd.write_record(rec)

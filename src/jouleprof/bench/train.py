@@ -19,6 +19,7 @@ A CUDA out-of-memory error ends the cell as failed with `extra["oom"] = True`, d
 from __future__ import annotations
 
 import logging
+import os
 import time
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
@@ -142,6 +143,8 @@ def run_cell(cfg: CellConfig, out: str | Path) -> Path:
     from jouleprof.measure import measure
     from jouleprof.store.rundir import CsvAppender
 
+    t_enter = time.perf_counter()
+    process_age_s = _process_age_s()  # interpreter start and imports, before this call
     require(cfg.mode)
     wl = workloads.get(cfg.workload)
     wconfig = wl.config(cfg.preset, cfg.batch_size, cfg.num_workers, cfg.overrides)
@@ -153,6 +156,13 @@ def run_cell(cfg: CellConfig, out: str | Path) -> Path:
     gpus = cfg.gpus if cfg.gpus is not None else wl.gpus()
     with measure(out, mode.measure_config(gpus, cfg.interval_s), run_config=run_config) as m:
         rec = m.record
+        # Where the cell's wall time went, each part in seconds: before this function
+        # (process start), opening the measurement (sensors, hardware record, idle
+        # baseline), then the laps of _train, then closing it and the cell's analysis.
+        rec.extra["timing_s"] = {
+            "process_start": process_age_s,
+            "open": round(time.perf_counter() - t_enter, 3),
+        }
         rec.extra["mode"] = cfg.mode
         rec.notes.append(
             cfg.warmup.describe()
@@ -173,8 +183,19 @@ def run_cell(cfg: CellConfig, out: str | Path) -> Path:
                 raise
         finally:
             steps_log.writer.close()
-    finish_cell(out)
+        t_exit = time.perf_counter()
+    finish_cell(out, timing_s={"close": round(time.perf_counter() - t_exit, 3)})
     return out
+
+
+def _process_age_s() -> float | None:
+    """Seconds since this process started (Linux /proc), None where that cannot be read."""
+    try:
+        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        uptime_s = float(Path("/proc/uptime").read_text().split()[0])
+        return round(uptime_s - ticks / os.sysconf("SC_CLK_TCK"), 3)
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _train(cfg: CellConfig, wl, wconfig, m, steps_log: _StepLog) -> None:
