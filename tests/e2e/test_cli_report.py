@@ -85,11 +85,14 @@ def test_study_report_json(tmp_path):
     doc = json.loads(r.stdout)
     assert doc["kind"] == "study" and Path(doc["html"]) == d / "report.html"
     assert (d / "report.html").is_file()
-    assert doc["sentences"][0] == (
-        "Batch size 1 → 2: throughput from 10 to 15 samples/s (+50.0%), GPU energy per 1,000 "
-        "samples from 0.02 to 0.015 kWh (\u221225.0%)"
+    assert doc["sentences"][0].startswith(
+        "Batch-size effect from e2e mode: means over its complete repetitions (n=2"
     )
-    assert "oom" in doc["sentences"][1] and "unavailable" in doc["sentences"][1]
+    assert doc["sentences"][1:] == [
+        "Batch size 1 → 2: throughput from 10 to 15 samples/s (+50.0%), GPU energy per 1,000 "
+        "samples from 0.02 to 0.015 kWh (\u221225.0%)",
+        "Batch size 4 left out: out of memory in 2 of 2 cells",
+    ]
     drawn = [f for f in doc["figures"] if f["path"]]
     assert any(f["name"] == "batch_size_effect" for f in drawn)
     for f in doc["figures"]:

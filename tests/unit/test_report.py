@@ -11,7 +11,12 @@ import pytest
 
 from jouleprof.errors import RunDirError
 from jouleprof.report import build_report, detect, write_run_report, write_study_report
-from jouleprof.report.study import aggregate, batch_size_effects, load_study
+from jouleprof.report.study import (
+    aggregate,
+    batch_size_effects,
+    left_out_batch_sizes,
+    load_study,
+)
 from jouleprof.report.tables import exclusive_phase_times, quantity, sig, signed_pct
 from jouleprof.sensors.simulated_workload import PhaseSpec, simulate_training
 from jouleprof.store.rundir import RunDir
@@ -185,7 +190,7 @@ def test_batch_size_sentences_from_the_data(study_dir):
     study = load_study(study_dir)
     agg = aggregate(study)
     eff = batch_size_effects(study, agg, "e2e").set_index(["batch_size_a", "batch_size_b"])
-    assert len(eff) == 6  # every pair of 1, 2, 4, 8
+    assert len(eff) == 3  # every pair of 1, 2, 4 (8 ran out of memory: left out)
     thr = 100 * (THROUGHPUT[2] - THROUGHPUT[1]) / THROUGHPUT[1]
     kwh = 100 * (KWH_PER_1000[2] - KWH_PER_1000[1]) / KWH_PER_1000[1]
     assert eff.loc[(1, 2), "throughput_change_pct"] == pytest.approx(thr)
@@ -197,9 +202,9 @@ def test_batch_size_sentences_from_the_data(study_dir):
     assert eff.loc[(1, 4), "energy_kwh_change_pct"] == pytest.approx(
         100 * (KWH_PER_1000[4] / KWH_PER_1000[1] - 1)
     )
-    oom = eff.loc[(4, 8), "sentence"]
-    assert "unavailable" in oom and "oom in 2 of 2 cells" in oom and "0 samples/s" not in oom
-    assert math.isnan(eff.loc[(4, 8), "throughput_change_pct"])
+    assert not any(8 in pair for pair in eff.index)
+    left = left_out_batch_sizes(study, agg, "e2e")
+    assert left["sentence"].tolist() == ["Batch size 8 left out: out of memory in 2 of 2 cells"]
 
 
 def test_study_report_files(study_dir, study_report):
@@ -229,8 +234,8 @@ def test_study_report_files(study_dir, study_report):
         "phase_energy_by_batch",
     ):
         assert (out / f"{name}.csv").is_file() and (out / f"{name}.md").is_file(), name
-    assert len(pd.read_csv(out / "batch_size_effect.csv")) == 3  # consecutive pairs
-    assert len(pd.read_csv(out / "batch_size_effect_all_pairs.csv")) == 6
+    assert len(pd.read_csv(out / "batch_size_effect.csv")) == 2  # consecutive pairs
+    assert len(pd.read_csv(out / "batch_size_effect_all_pairs.csv")) == 3
     html = r.html.read_text()
     assert "Batch size 1 → 2: throughput from 1.922 to 2.737 samples/s (+42.4%)" in html
     assert "data:image/png;base64," in html
@@ -246,7 +251,7 @@ def test_unavailable_values_say_why_and_are_never_zero(study_dir, study_report):
     sel = data[(data["mode"] == "baseline") & (data["metric"] == "energy_per_1000_samples_kwh")]
     assert sel["mean"].isna().all()
     assert (sel.loc[sel["batch_size"] < 8, "reason"] == SENSORS_OFF).all()
-    assert sel.loc[sel["batch_size"] == 8, "reason"].str.startswith("oom in 2 of 2 cells").all()
+    assert (sel.loc[sel["batch_size"] == 8, "reason"] == "out of memory in 2 of 2 cells").all()
 
 
 def test_failed_cells_are_listed_with_their_error(study_dir, study_report):
@@ -270,7 +275,7 @@ def test_spread_and_overhead_numbers(study_dir, study_report):
     assert e2e["ratio"] == pytest.approx(1 / 1.02)
     fine = ov[(ov["mode"] == "fine") & ov["comparison"].str.contains("interleaved")]
     assert fine["overhead_pct"].dropna().tolist() == pytest.approx([0.3, 0.3, 0.3])
-    assert fine.loc[fine["batch_size"] == 8, "reason"].str.startswith("oom").all()
+    assert (fine.loc[fine["batch_size"] == 8, "reason"] == "out of memory in 2 of 2 cells").all()
 
 
 def test_study_with_only_failed_cells_still_reports(tmp_path):

@@ -358,6 +358,8 @@ def build_study_report(study_dir: Path) -> Report:
     bss, modes = study.batch_sizes, study.modes
     mode = S.headline_mode(agg) if len(agg) else None
     effects = S.batch_size_effects(study, agg, mode) if len(agg) else None
+    left_out = S.left_out_batch_sizes(study, agg, mode) if len(agg) else None
+    basis = S.effect_basis(study, agg, mode) if len(agg) else ""
     times, energies = S.phase_frames(study)
     t_time = ST.phase_time_by_batch(times) if len(times) else None
     t_energy = ST.phase_energy_by_batch(energies) if len(energies) else None
@@ -429,8 +431,11 @@ def build_study_report(study_dir: Path) -> Report:
 
     tables = write_tables(
         [
-            ST.effects_table(effects, mode, consecutive=True) if effects is not None else None,
-            ST.effects_table(effects, mode, consecutive=False) if effects is not None else None,
+            *(
+                [ST.effects_table(effects, mode, c, left_out, basis) for c in (True, False)]
+                if effects is not None
+                else []
+            ),
             ST.aggregate_table(study, agg) if len(agg) else None,
             t_time,
             t_energy,
@@ -445,12 +450,15 @@ def build_study_report(study_dir: Path) -> Report:
     )
     notes = S.study_notes(study)
     warmup = S.warmup_statement(study)
-    sentences = list(effects["sentence"]) if effects is not None and len(effects) else []
+    pairs = list(effects["sentence"]) if effects is not None and len(effects) else []
     consecutive = (
-        list(effects.loc[effects["consecutive"], "sentence"])
+        list(effects.loc[effects["consecutive"].astype(bool), "sentence"])
         if effects is not None and len(effects)
         else []
     )
+    left = list(left_out["sentence"]) if left_out is not None else []
+    # What `jouleprof report` prints: which figures, every pair with data, what was left out.
+    sentences = ([basis] if basis else []) + pairs + left
     report = Report(
         "study", study_dir, plots=plots, tables=tables, notes=notes + warmup, sentences=sentences
     )
@@ -465,8 +473,10 @@ def build_study_report(study_dir: Path) -> Report:
         headline_mode=mode,
         notes=notes,
         warmup=warmup,
+        effect_basis=basis,
         sentences=consecutive,
-        all_sentences=sentences,
+        all_sentences=pairs,
+        left_out=left,
         representatives=picks,
         tables={t.name: t for t in tables},
         plots={p.name: p for p in plots},

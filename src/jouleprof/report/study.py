@@ -127,12 +127,46 @@ def load_study(path: Path) -> Study:
     return study
 
 
+STATUS_WORDS = {
+    "oom": "out of memory",
+    "failed": "failed",
+    "incomplete": "incomplete",
+    "missing": "not run",
+}
+"""How a cell status reads in a reason ("out of memory in 3 of 3 cells")."""
+ERROR_CHARS = 80
+"""Longest error excerpt a table cell quotes; failed_cells keeps the whole error."""
+
+
+def short_error(error: str, limit: int = ERROR_CHARS) -> str:
+    """The first line of an error, cut at a word boundary and marked with … when longer than
+    `limit` characters (the whole text stays in runs.csv and failed_cells)."""
+    line = next((ln.strip() for ln in str(error).splitlines() if ln.strip()), "")
+    if len(line) <= limit:
+        return line
+    head = line[: limit + 1]
+    space = head.rfind(" ")
+    head = head[:space] if space > limit // 2 else line[:limit]  # one long word: cut it
+    return head.rstrip(" ,;:.-(") + "…"
+
+
+def cell_reason(status: str, error: str = "") -> str:
+    """Why one cell has no figures, in a few words: "out of memory", "failed: <error>"."""
+    word = STATUS_WORDS.get(status, status)
+    if status == "oom" or not error:
+        return word
+    return f"{word}: {short_error(error)}"
+
+
 def _status_reason(cells: pd.DataFrame) -> str:
+    """Why a group of cells has no figures, e.g. "out of memory in 3 of 3 cells" or "failed in
+    1 of 3 cells: RuntimeError: …" (the first error, shortened: see `short_error`)."""
     parts = []
     for status, g in cells.groupby("status", sort=False):
         errs = [e for e in dict.fromkeys(g["error"]) if e]
-        err = f": {errs[0][:160]}" if errs else ""
-        parts.append(f"{status} in {len(g)} of {len(cells)} cells{err}")
+        err = f": {short_error(errs[0])}" if errs and status != "oom" else ""
+        word = STATUS_WORDS.get(str(status), str(status))
+        parts.append(f"{word} in {len(g)} of {len(cells)} cells{err}")
     return "; ".join(parts)
 
 
@@ -263,14 +297,75 @@ def _clause(label: str, unit: str, a: dict | None, b: dict | None, bs_a: int, bs
     return f"{label} unavailable ({why or 'zero at the smaller batch size'})", va, vb, None
 
 
+EFFECT_METRICS = ("throughput_samples_per_s", "energy_per_1000_samples_kwh")
+
+
+def _has_effect_data(agg: pd.DataFrame, mode: str | None, bs: int) -> bool:
+    return mode is not None and any(
+        (r := agg_row(agg, m, mode, bs)) is not None and r["n"] for m in EFFECT_METRICS
+    )
+
+
+def left_out_batch_sizes(study: Study, agg: pd.DataFrame, mode: str | None) -> pd.DataFrame:
+    """Batch sizes the batch-size effect leaves out: `mode` has neither throughput nor energy
+    there. Columns: batch_size, reason, sentence ("Batch size 128 left out: out of memory in
+    3 of 3 cells")."""
+    rows = []
+    for bs in study.batch_sizes:
+        if _has_effect_data(agg, mode, bs):
+            continue
+        if mode is None:
+            why = "no mode has throughput or energy figures"
+        else:
+            rs = [agg_row(agg, m, mode, bs) for m in EFFECT_METRICS]
+            whys = [r["reason"] for r in rs if r is not None and r["reason"]]
+            why = "; ".join(dict.fromkeys(whys)) or f"no {mode} cell at this batch size"
+        rows.append(
+            {"batch_size": bs, "reason": why, "sentence": f"Batch size {bs} left out: {why}"}
+        )
+    return pd.DataFrame(rows, columns=["batch_size", "reason", "sentence"])
+
+
+def effect_basis(study: Study, agg: pd.DataFrame, mode: str | None) -> str:
+    """Which mode's figures phrase the batch-size effect, and over which cells."""
+    if mode is None:
+        return "Batch-size effect: no mode has throughput or energy figures at any batch size."
+    ns = sorted(
+        {
+            int(r["n"])
+            for bs in study.batch_sizes
+            for m in EFFECT_METRICS
+            if (r := agg_row(agg, m, mode, bs)) is not None and r["n"]
+        }
+    )
+    n = (
+        ""
+        if not ns
+        else f" (n={ns[0]} at each batch size)"
+        if len(ns) == 1
+        else f" (n={ns[0]}–{ns[-1]} per batch size)"
+    )
+    why = {
+        "e2e": "e2e reads only the GPU energy counter at the edges of the measured segment, "
+        "so it disturbs the run least",
+        "fine": "e2e has no energy figures in this study",
+    }.get(mode, "neither e2e nor fine has energy figures in this study")
+    return (
+        f"Batch-size effect from {mode} mode: means over its complete repetitions{n}; "
+        f"cells that did not complete are left out ({why})."
+    )
+
+
 def batch_size_effects(study: Study, agg: pd.DataFrame, mode: str | None) -> pd.DataFrame:
-    """Every pair of batch sizes run (smaller first): throughput and energy per 1,000 samples.
+    """Every pair of batch sizes with data in `mode` (smaller first): throughput and energy per
+    1,000 samples. Batch sizes where `mode` has neither are left out (see
+    `left_out_batch_sizes`, which says why), and "consecutive" is among those kept.
 
     Each row carries the seed study's sentence, e.g. "Batch size 1 → 2: throughput from 1.922
     to 2.737 samples/s (+42.4%), GPU energy per 1,000 samples from 0.0256 to 0.0187 kWh
-    (−26.8%)", computed from the means over repetitions of `mode`.
+    (−26.8%)", computed from the means over the complete repetitions of `mode`.
     """
-    bss = study.batch_sizes
+    bss = [bs for bs in study.batch_sizes if _has_effect_data(agg, mode, bs)]
     rows = []
     for i, a in enumerate(bss):
         for b in bss[i + 1 :]:
@@ -303,7 +398,8 @@ def batch_size_effects(study: Study, agg: pd.DataFrame, mode: str | None) -> pd.
                 parts = [f"throughput and GPU energy per 1,000 samples unavailable {whys[0]}"]
             r["sentence"] = f"Batch size {a} → {b}: " + ", ".join(parts)
             rows.append(r)
-    return pd.DataFrame(rows)
+    cols = ["mode", "batch_size_a", "batch_size_b", "consecutive", "sentence"]
+    return pd.DataFrame(rows) if rows else pd.DataFrame(columns=cols)
 
 
 def _samples_per_step(rec: RunRecord | None, bs: int) -> float:
@@ -401,7 +497,7 @@ def study_notes(study: Study) -> list[str]:
     if bad:
         notes.append(
             f"{sum(bad.values())} of {len(study.runs)} cells did not complete ("
-            + ", ".join(f"{n} {s}" for s, n in bad.items())
+            + ", ".join(f"{n} {STATUS_WORDS.get(s, s)}" for s, n in bad.items())
             + "): listed below, "
             "left out of every mean."
         )

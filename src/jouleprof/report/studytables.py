@@ -14,10 +14,19 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from jouleprof.report.study import METRICS, OK, Study, agg_row, agg_text
+from jouleprof.report.study import METRICS, OK, Study, agg_row, agg_text, cell_reason
 from jouleprof.report.tables import Table, missing, num, quantity, sig, signed_pct, unavailable
 
 log = logging.getLogger(__name__)
+
+
+SUMMARY_METRICS = (
+    "throughput_samples_per_s",
+    "energy_per_1000_samples_kwh",
+    "energy_per_sample_j",
+    "segment_gpu_power_w",
+    "peak_mem_allocated_bytes",
+)
 
 
 def aggregate_table(study: Study, agg: pd.DataFrame) -> Table:
@@ -27,18 +36,12 @@ def aggregate_table(study: Study, agg: pd.DataFrame) -> Table:
             if agg_row(agg, "throughput_samples_per_s", mode, bs) is None:
                 continue
             r = {"mode": mode, "batch size": bs}
-            for metric in (
-                "throughput_samples_per_s",
-                "energy_per_1000_samples_kwh",
-                "energy_per_sample_j",
-                "segment_gpu_power_w",
-                "peak_mem_allocated_bytes",
-            ):
+            for metric in SUMMARY_METRICS:
                 row = agg_row(agg, metric, mode, bs)
                 r[METRICS[metric][0]] = agg_text(row) + (
                     f" — {row['source']}" if row and row["n"] else ""
                 )
-            shown.append(r)
+            shown.append(say_reason_once(r, [METRICS[m][0] for m in SUMMARY_METRICS]))
     return Table(
         "summary_by_cell_group",
         "Mean ± sd over repetitions, per mode and batch size",
@@ -49,31 +52,44 @@ def aggregate_table(study: Study, agg: pd.DataFrame) -> Table:
     )
 
 
-def effects_table(effects: pd.DataFrame, mode: str | None, consecutive: bool) -> Table:
-    df = effects[effects["consecutive"]] if consecutive and len(effects) else effects
+def effects_table(
+    effects: pd.DataFrame,
+    mode: str | None,
+    consecutive: bool,
+    left_out: pd.DataFrame | None = None,
+    basis: str = "",
+) -> Table:
+    """The batch-size effect: one row per pair of batch sizes with data (CSV and markdown), then
+    one markdown row per batch size left out, saying why (the CSV keeps the pairs only)."""
+    df = effects[effects["consecutive"].astype(bool)] if consecutive and len(effects) else effects
     name = "batch_size_effect" if consecutive else "batch_size_effect_all_pairs"
     title = (
         "Batch-size effect, consecutive batch sizes"
         if consecutive
         else "Batch-size effect, every pair of batch sizes"
     )
-    shown = pd.DataFrame(
-        {
-            "batch sizes": [
-                f"{a} → {b}"
-                for a, b in zip(df.get("batch_size_a", []), df.get("batch_size_b", []), strict=True)
-            ],
-            "effect": list(df.get("sentence", [])),
-        }
-    )
+    shown = [
+        {"batch sizes": f"{a} → {b}", "effect": s}
+        for a, b, s in zip(
+            df.get("batch_size_a", []),
+            df.get("batch_size_b", []),
+            df.get("sentence", []),
+            strict=True,
+        )
+    ]
+    if left_out is not None:
+        shown += [
+            {"batch sizes": str(bs), "effect": s}
+            for bs, s in zip(left_out["batch_size"], left_out["sentence"], strict=True)
+        ]
+    basis = basis or f"Means over the complete repetitions of {mode or 'no'} mode."
     return Table(
         name,
         title,
         df.reset_index(drop=True),
-        shown,
-        note=f"Means over the complete repetitions of {mode or 'no'} mode (measured: "
-        "throughput by the host timer around the measured segment, energy from the GPU "
-        "energy counter); change = (larger − smaller) / smaller.",
+        pd.DataFrame(shown, columns=["batch sizes", "effect"]),
+        note=f"{basis} Measured: throughput by the host timer around the measured segment, "
+        "energy from the GPU energy counter; change = (larger − smaller) / smaller.",
     )
 
 
@@ -274,7 +290,7 @@ def spread_table(study: Study, agg: pd.DataFrame) -> Table:
                     row[METRICS[metric][0]] = "— (one repetition: no spread)"
                 else:
                     row[METRICS[metric][0]] = f"{r['cv_pct']:.2f}% (n={r['n']})"
-            shown.append(row)
+            shown.append(say_reason_once(row, [METRICS[m][0] for m in SPREAD_METRICS]))
     return Table(
         "spread",
         "Run-to-run spread (coefficient of variation)",
@@ -328,14 +344,17 @@ def efficiency_table(study: Study, agg: pd.DataFrame) -> Table:
                 }
             )
             shown.append(
-                {
-                    "batch size": bs,
-                    "mode": mode,
-                    "MFU": agg_text(r["mfu_pct"]) + _src(r["mfu_pct"]),
-                    "energy per sample": agg_text(e) + _src(e),
-                    "floor": agg_text(fl) + _src(fl),
-                    "× floor": "—" if missing(ratio) else f"{ratio:,.1f}×",
-                }
+                say_reason_once(
+                    {
+                        "batch size": bs,
+                        "mode": mode,
+                        "MFU": agg_text(r["mfu_pct"]) + _src(r["mfu_pct"]),
+                        "energy per sample": agg_text(e) + _src(e),
+                        "floor": agg_text(fl) + _src(fl),
+                        "× floor": "—" if missing(ratio) else f"{ratio:,.1f}×",
+                    },
+                    ["MFU", "energy per sample", "floor"],
+                )
             )
     return Table(
         "efficiency",
@@ -346,6 +365,21 @@ def efficiency_table(study: Study, agg: pd.DataFrame) -> Table:
         "dense datasheet peak. The floor is estimated: counted FLOPs per sample / 1.13 "
         "TFLOP per joule (H200 bf16 matmul, measured). Energy per sample is measured.",
     )
+
+
+def say_reason_once(row: dict[str, Any], cols: list[str]) -> dict[str, Any]:
+    """Where every value column of a display row is unavailable for the same reason, keep the
+    reason in the first and put "—" in the others (one reason per row, not one per column)."""
+    vals = [row.get(c) for c in cols]
+    first = vals[0] if vals else None
+    if (
+        len(cols) > 1
+        and isinstance(first, str)
+        and first.startswith("unavailable")
+        and all(v == first for v in vals)
+    ):
+        row.update({c: "—" for c in cols[1:]})
+    return row
 
 
 def _src(row: dict[str, Any] | None) -> str:
@@ -451,6 +485,9 @@ def phase_energy_by_batch(energies: pd.DataFrame) -> Table:
 # -- notes and representatives ---------------------------------------------------------------
 
 
+CELL_METRICS = ("throughput_samples_per_s", "energy_per_1000_samples_kwh", "mfu_pct")
+
+
 def cells_table(study: Study) -> Table:
     """Every cell of runs.csv: status and its main figures (missing values say why)."""
     shown = []
@@ -463,24 +500,34 @@ def cells_table(study: Study) -> Table:
             "rep": r["rep"],
             "status": r["status"],
         }
-        for metric in ("throughput_samples_per_s", "energy_per_1000_samples_kwh", "mfu_pct"):
+        for metric in CELL_METRICS:
             v = num(r.get(metric))
             if v is not None:
                 row[METRICS[metric][0]] = quantity(v, METRICS[metric][1])
             else:
                 f = rec.summary.get(metric) if rec else None
                 why = (
-                    (f.reason if f is not None else None)
-                    or r.get("error")
-                    or (f"cell {r['status']}" if r["status"] != OK else "not recorded")
+                    cell_reason(r["status"], r.get("error") or "")
+                    if r["status"] != OK
+                    else (f.reason if f is not None else None) or "not recorded"
                 )
                 row[METRICS[metric][0]] = unavailable(why)
-        shown.append(row)
+        shown.append(say_reason_once(row, [METRICS[m][0] for m in CELL_METRICS]))
+    data = study.runs.copy()
+    if "error" in data:  # the whole error stays in failed_cells (and runs.csv)
+        at = list(data.columns).index("error")
+        reasons = [
+            "" if st == OK else cell_reason(st, err)
+            for st, err in zip(data["status"], data["error"], strict=True)
+        ]
+        data = data.drop(columns=["error"])
+        data.insert(at, "reason", reasons)
     return Table(
         "cells",
         "Every cell",
-        study.runs,
+        data,
         pd.DataFrame(shown),
-        note="runs.csv as the study wrote it; each cell's run directory holds its raw "
-        "CSVs (samples, spans, steps) and run.json.",
+        note="runs.csv as the study wrote it, with each error shortened to a reason (the "
+        "whole error is in failed_cells); each cell's run directory holds its raw CSVs "
+        "(samples, spans, steps) and run.json.",
     )
