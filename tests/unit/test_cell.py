@@ -135,3 +135,18 @@ def test_a_cell_measures_its_workloads_gpu_unless_told_otherwise(tmp_path):
         run_cell(CellConfig(**base, overrides={"num_workers": 0}), tmp_path / "own")
     with pytest.raises(SensorUnavailable, match=r"GPU\(s\) \[1\] were requested"):
         run_cell(CellConfig(**base, gpus=(1,), overrides={"num_workers": 0}), tmp_path / "told")
+
+
+def test_segment_edges_densify_the_counter_only_where_a_sampler_reads_devices():
+    from types import SimpleNamespace
+
+    from jouleprof.bench import train
+
+    calls = []
+
+    def sampler(devices):
+        return SimpleNamespace(devices=devices, densify=calls.append)
+
+    train._dense_edge(SimpleNamespace(sampler=sampler(["gpu0"])))
+    train._dense_edge(SimpleNamespace(sampler=sampler([])))  # baseline: nothing sampled
+    assert calls == [train.EDGE_DENSE_S]

@@ -62,7 +62,8 @@ RELATED: dict[str, tuple[str, ...]] = {
 unavailable; the figures derived from the same energy inherit that reason)."""
 HEADLINE_MODES = ("e2e", "fine")
 """Modes whose throughput and energy per 1,000 samples phrase the batch-size effect, first
-available wins: e2e reads only the counter at the edges, so it disturbs the run least."""
+available wins: e2e reads the counter about once a second (densely only around the measured
+segment's edges) and records no phases, so it disturbs the run least."""
 
 
 @dataclass
@@ -346,7 +347,7 @@ def effect_basis(study: Study, agg: pd.DataFrame, mode: str | None) -> str:
         else f" (n={ns[0]}–{ns[-1]} per batch size)"
     )
     why = {
-        "e2e": "e2e reads only the GPU energy counter at the edges of the measured segment, "
+        "e2e": "e2e records no phases and reads the GPU energy counter about once a second, "
         "so it disturbs the run least",
         "fine": "e2e has no energy figures in this study",
     }.get(mode, "neither e2e nor fine has energy figures in this study")
