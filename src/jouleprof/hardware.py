@@ -68,23 +68,33 @@ def _ask(fn: Callable[[], Any], what: str) -> Any:
         return missing(_scrub(f"{what}: {err}"))
 
 
+NO_GPU_MEASURED = "no GPU measured in this run (none was asked for)"
+"""The reason `gpus` holds when a run described no GPU on purpose (an empty index list)."""
+
+
 def _gpu_part(gpu_indices: Sequence[int] | None, environ: Mapping[str, str] | None) -> dict:
+    # An empty list is a choice, not a failure: say so whatever NVML would have said.
+    none_asked = gpu_indices is not None and len(gpu_indices) == 0
     try:
         nv = import_pynvml()
     except SensorError as err:
-        return {"gpus": missing(str(err)), "driver_version": missing(str(err))}
+        gpus_missing = missing(NO_GPU_MEASURED if none_asked else str(err))
+        return {"gpus": gpus_missing, "driver_version": missing(str(err))}
     try:
         nv.nvmlInit()
     except nv.NVMLError as err:
         reason = str(map_nvml_error(err, "opening NVML"))
-        return {"gpus": missing(reason), "driver_version": missing(reason)}
+        gpus_missing = missing(NO_GPU_MEASURED if none_asked else reason)
+        return {"gpus": gpus_missing, "driver_version": missing(reason)}
     try:
         try:
-            gpus = resolve_gpus(nv, gpu_indices, environ)
+            gpus = [] if none_asked else resolve_gpus(nv, gpu_indices, environ)
         except SensorError as err:
             gpus, gpus_reason = [], str(err)
         else:
-            gpus_reason = "no GPU visible" if not gpus else None
+            gpus_reason = None
+            if not gpus:
+                gpus_reason = NO_GPU_MEASURED if none_asked else "no GPU visible"
         records = []
         for g in gpus:
             h = g.handle
@@ -186,7 +196,8 @@ def hardware_record(
     """GPUs (model, memory, power limit), driver, CPU, RAM and OS of this machine.
 
     Args:
-        gpu_indices: user-visible GPU indices to describe; None for every visible GPU.
+        gpu_indices: user-visible GPU indices to describe; None for every visible GPU; empty for
+            none (`gpus` then records NO_GPU_MEASURED as its reason).
         environ: where CUDA_VISIBLE_DEVICES is read from (default: os.environ).
     """
     try:

@@ -9,6 +9,7 @@ far kept.
 from __future__ import annotations
 
 import logging
+import math
 import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -35,6 +36,10 @@ class MeasureConfig:
 
     gpus: tuple[int, ...] | None = None
     """User-visible GPU indices (as under CUDA_VISIBLE_DEVICES); None: every visible GPU."""
+    hardware_gpus: tuple[int, ...] | None = None
+    """GPUs described in run.json's hardware record; None: the measured ones (`gpus`). A run
+    that samples no GPU but runs on some (a study's baseline and cross-check cells) names them
+    here, so its record still says which GPUs ran it (its MFU needs their model)."""
     interval_s: float = 0.02
     """Period of the cheap sensor reads."""
     counter_interval_s: float = 5.0
@@ -47,6 +52,15 @@ class MeasureConfig:
     """For the first seconds of a run the counter is read every refresh whatever
     counter_interval_s says (and again just after the work ends): a short run's energy then
     rests on placeable counter readings; a long run pays that cost once."""
+    slow_fields_period_s: float = 0.5
+    """Seconds between reads of the GPUs' slow fields: NVML's average power, utilization,
+    memory used, SM clock and temperature (the instant power is read every interval_s). They
+    change slowly: the average is over 1 s, utilization and temperature drift, and the caching
+    allocator's memory grows and stays, so peaks persist. Each set of these 5 NVML reads costs
+    the sampler's thread ~0.6 ms on the H200 host: every 0.1 s that was ~0.6 % of a core, over
+    half of the 20 ms sampler's 1.1 % (benchmarks/results/sampler_cost); every 0.5 s, ~0.1 %.
+    A poll that reads the energy counter reads them too, so a run's edges have them every
+    refresh. Phase attribution (fine mode) keeps 0.1 s, the refresh period."""
     idle_s: float = 1.0
     """Seconds of idle baseline sampled before the workload starts; 0 to skip."""
     rapl: bool = True
@@ -62,14 +76,27 @@ class MeasureConfig:
             raise ValueError(f"interval_s must be > 0 (got {self.interval_s}); try 0.02")
         if not self.counter_interval_s > 0:
             raise ValueError(f"counter_interval_s must be > 0 (got {self.counter_interval_s})")
+        if not 0 < self.slow_fields_period_s < math.inf:
+            raise ValueError(
+                f"slow_fields_period_s must be a finite number of seconds > 0 "
+                f"(got {self.slow_fields_period_s}); "
+                "try 0.5 (0.1 for phase attribution)"
+            )
         if self.counter_dense_s < 0:
             raise ValueError(f"counter_dense_s must be ≥ 0 (got {self.counter_dense_s})")
         if self.idle_s < 0:
             raise ValueError(f"idle_s must be ≥ 0 (got {self.idle_s})")
         if self.simulate_gpu_w is not None and self.simulate_gpu_w < 0:
             raise ValueError(f"simulate_gpu_w must be ≥ 0 watts, got {self.simulate_gpu_w}")
-        if self.gpus is not None and any(i < 0 for i in self.gpus):
-            raise ValueError(f"gpus must be non-negative indices, got {list(self.gpus)}")
+        for name in ("gpus", "hardware_gpus"):
+            value = getattr(self, name)
+            if value is not None and any(i < 0 for i in value):
+                raise ValueError(f"{name} must be non-negative indices, got {list(value)}")
+
+    @property
+    def described_gpus(self) -> tuple[int, ...] | None:
+        """The GPUs the hardware record describes (None: every visible GPU)."""
+        return self.gpus if self.hardware_gpus is None else self.hardware_gpus
 
 
 @dataclass
@@ -148,9 +175,13 @@ def measure(
         cfg = MeasureConfig(**{**asdict(cfg), **overrides})
     run_id = new_run_id(cfg.kind)
     path = Path(out) if out is not None else Path(DEFAULT_RUNS_DIR) / run_id
-    discovery = open_sensors(list(cfg.gpus) if cfg.gpus is not None else None, rapl=cfg.rapl)
+    discovery = open_sensors(
+        list(cfg.gpus) if cfg.gpus is not None else None,
+        rapl=cfg.rapl,
+        gpu_slow_period_s=cfg.slow_fields_period_s,
+    )
     try:
-        hardware, environment, git = _machine_records(cfg.gpus)
+        hardware, environment, git = _machine_records(cfg.described_gpus)
         record = RunRecord(
             run_id=run_id,
             kind=cfg.kind,

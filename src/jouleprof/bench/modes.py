@@ -72,18 +72,33 @@ class Mode(StrEnum):
 
     def measure_config(self, gpus: Sequence[int] | None = None, interval_s: float = 0.02) -> Any:
         """How `jouleprof.measure` samples in this mode (jouleprof's own sensors are off in
-        baseline and in the cross-check modes, which measure with their own tools)."""
+        baseline and in the cross-check modes, which measure with their own tools).
+
+        Args:
+            gpus: the GPUs the workload runs on (None: every visible GPU, or cannot say).
+            interval_s: fine mode's sampling interval.
+        """
         from jouleprof.measure import MeasureConfig
 
+        gpus = tuple(gpus) if gpus is not None else None
         if self is Mode.FINE:
+            # The slow fields every refresh period: phase attribution's regression can use the
+            # average power readings as rows (RegressionConfig.use_average).
             return MeasureConfig(
-                gpus=gpus, interval_s=interval_s, counter_interval_s=0.1, idle_s=1.0, kind="cell"
+                gpus=gpus,
+                interval_s=interval_s,
+                counter_interval_s=0.1,
+                slow_fields_period_s=0.1,
+                idle_s=1.0,
+                kind="cell",
             )
         if self is Mode.E2E:
             return MeasureConfig(
                 gpus=gpus, interval_s=0.5, counter_interval_s=1.0, idle_s=1.0, kind="cell"
             )
-        return MeasureConfig(gpus=(), rapl=False, idle_s=0.0, kind="cell")
+        # Nothing is sampled, but the hardware record names the workload's GPUs (their model
+        # gives the cell's MFU); when it cannot say which, none ("no GPU measured in this run").
+        return MeasureConfig(gpus=(), hardware_gpus=gpus, rapl=False, idle_s=0.0, kind="cell")
 
     @property
     def records_phases(self) -> bool:

@@ -67,6 +67,14 @@ def measure_cmd(
             "costs ~5 ms CPU; the start and end are read every refresh)."
         ),
     ] = 5000.0,
+    slow_fields_ms: Annotated[
+        float,
+        typer.Option(
+            help="Interval between reads of the GPUs' slow fields (1 s average power, "
+            "utilization, memory, clock, temperature), ms; the instant power is read every "
+            "--interval-ms. Each set costs ~0.6 ms CPU."
+        ),
+    ] = 500.0,
     idle_s: Annotated[
         float, typer.Option(help="Seconds of idle baseline before the command (0: none).")
     ] = 1.0,
@@ -95,6 +103,10 @@ def measure_cmd(
         fail(f"--idle-s must be ≥ 0, got {idle_s}")
     if counter_interval_ms <= 0:
         fail(f"--counter-interval-ms must be > 0, got {counter_interval_ms}")
+    if not 0 < slow_fields_ms < float("inf"):
+        fail(
+            f"--slow-fields-ms must be > 0 (e.g. 500, or 100 for phase work), got {slow_fields_ms}"
+        )
     if shutil.which(cmd[0]) is None:
         fail(f"command not found: {cmd[0]!r} (not a file and not on PATH)", code=127)
     if out is not None and out.exists() and not out.is_dir():
@@ -105,6 +117,7 @@ def measure_cmd(
         gpus=parse_gpus(gpus),
         interval_s=interval_ms / 1000.0,
         counter_interval_s=counter_interval_ms / 1000.0,
+        slow_fields_period_s=slow_fields_ms / 1000.0,
         idle_s=idle_s,
         rapl=rapl,
         simulate_gpu_w=simulate_gpu_w,

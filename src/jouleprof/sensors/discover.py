@@ -58,6 +58,7 @@ def open_sensors(
     rapl_root: Path | str = DEFAULT_POWERCAP_ROOT,
     *,
     environ: Mapping[str, str] | None = None,
+    gpu_slow_period_s: float | None = None,
 ) -> Discovery:
     """Open the NVIDIA GPU sensor and the RAPL CPU sensor.
 
@@ -67,17 +68,25 @@ def open_sensors(
         rapl: also measure CPU package and DRAM energy through Linux powercap, where readable.
         rapl_root: the powercap directory.
         environ: where CUDA_VISIBLE_DEVICES is read from (default: os.environ).
+        gpu_slow_period_s: seconds between the GPU sensor's reads of its slow fields (average
+            power, utilization, memory, clock, temperature); None: NvmlSensor's default
+            (nvml.SLOW_FIELDS_PERIOD_S). Checked before anything is opened.
 
     Returns:
         The opened sensors and what is unavailable. Close it (or use `with`) when done.
 
     Raises:
+        ValueError: gpu_slow_period_s is not > 0.
         SensorError: a requested GPU index does not exist, or GPUs were requested and NVML cannot
             be opened (no driver, no pynvml).
     """
+    if gpu_slow_period_s is not None:
+        from jouleprof.sensors.nvml import check_slow_period
+
+        check_slow_period(gpu_slow_period_s)
     found = Discovery()
     try:
-        _open_gpus(found, gpus, environ)
+        _open_gpus(found, gpus, environ, gpu_slow_period_s)
         if rapl:
             sensor, missing = open_rapl(rapl_root)
             if sensor is not None:
@@ -92,14 +101,20 @@ def open_sensors(
 
 
 def _open_gpus(
-    found: Discovery, gpus: Sequence[int] | None, environ: Mapping[str, str] | None
+    found: Discovery,
+    gpus: Sequence[int] | None,
+    environ: Mapping[str, str] | None,
+    slow_period_s: float | None,
 ) -> None:
     if gpus is not None and len(gpus) == 0:
         return
     from jouleprof.sensors.nvml import NvmlSensor
 
     try:
-        sensor = NvmlSensor(gpus, environ)
+        if slow_period_s is None:
+            sensor = NvmlSensor(gpus, environ)
+        else:
+            sensor = NvmlSensor(gpus, environ, slow_period_s=slow_period_s)
     except SensorUnavailable as err:
         if gpus is not None:
             raise SensorUnavailable(f"GPU(s) {list(gpus)} were requested, but {err}") from err

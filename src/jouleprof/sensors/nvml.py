@@ -8,12 +8,15 @@ Signals (shared/FACTS.md: on an H200 all power signals refresh about every 100 m
 - power_instant_w: field NVML_FI_DEV_POWER_INSTANT (186).
 - energy_j: nvmlDeviceGetTotalEnergyConsumption, read only when asked (it blocks ~3 ms).
 - util_pct, mem_used_bytes, sm_clock_mhz, temp_c.
+Only the instant power is read at every poll; the others ("slow fields") once per
+`slow_period_s` (see `slow_fields_due`).
 Every NVML error is mapped to a `SensorError` here, with what failed and how to fix it.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -36,11 +39,58 @@ log = logging.getLogger(__name__)
 POWER_INSTANT_FIELD = 186  # NVML_FI_DEV_POWER_INSTANT (nvml.h)
 NOMINAL_REFRESH_S = 0.1  # documented update period of NVML power and energy on recent GPUs
 # Read at every poll: the instant power, whose ~100 ms refresh edges the sampler must catch.
-# The 1 s running average (power_w) is read with the slow fields: at 10 Hz it loses nothing,
-# and each NVML call costs the sampler's thread ~0.1–0.2 ms of CPU on the H200's host
-# (benchmarks/results/sampler_cost).
+# The "slow fields" (the 1 s running average power_w, utilization, memory used, SM clock,
+# temperature: 5 NVML calls) are read once per `slow_period_s` of the sensor, and with every
+# energy-counter read once they are a refresh old. On the H200's host a set of the 5 reads
+# costs the sampler's thread ~0.6 ms, against ~0.06 ms for the instant power
+# (benchmarks/results/sampler_cost/sampler_cost_1f648cf.json): at 10 Hz they were ~0.6 % of a
+# core, over half of the 20 ms sampler's 1.1 %. They change slowly (a 1 s average; the caching
+# allocator's memory grows and stays, so peaks persist), so `jouleprof measure` reads them
+# every 0.5 s (MeasureConfig.slow_fields_period_s); phase attribution (fine mode) keeps 0.1 s,
+# the period below, which stays the sensor's own default.
 FAST_SIGNALS = frozenset({"power_instant_w"})
-SLOW_FIELDS_PERIOD_S = 0.1  # average power, utilization, memory, clock, temperature
+SLOW_FIELDS_PERIOD_S = 0.1  # NvmlSensor's default slow_period_s
+
+
+def slow_fields_due(
+    now_s: float, due_s: float, last_s: float, period_s: float, counter: bool = False
+) -> tuple[bool, float]:
+    """Whether a poll at `now_s` reads the slow fields, and when they next fall due.
+
+    They fall due once in every `period_s`-long slot of a fixed grid started at the first read:
+    the first poll in each slot reads them. (Timed from the last read instead, polls dithered
+    about a period equal to `period_s` would read them only at every other poll or so.) A grid
+    left more than a slot behind (a starved sampler) keeps its phase and skips the missed slots.
+    A poll that reads the energy counter (which costs ~5 ms) also reads them, without using up a
+    slot, once they are `NOMINAL_REFRESH_S` old: a run's edges, where the counter is read every
+    refresh, then have them at the refresh rate, whatever the period.
+
+    Args:
+        now_s: the poll's time.
+        due_s: when they fall due (-inf before the first read).
+        last_s: when they were last read (-inf before the first read).
+        period_s: the slot length (> 0).
+        counter: the poll also reads the energy counter.
+
+    Returns:
+        (read them now, when they fall due after this poll).
+    """
+    if now_s >= due_s:
+        if math.isinf(due_s):
+            return True, now_s + period_s
+        return True, due_s + period_s * (math.floor((now_s - due_s) / period_s) + 1)
+    return counter and now_s - last_s >= NOMINAL_REFRESH_S, due_s
+
+
+def check_slow_period(period_s: float) -> float:
+    """`period_s` as a float, or ValueError saying what is allowed."""
+    if not (isinstance(period_s, int | float) and math.isfinite(period_s) and period_s > 0):
+        raise ValueError(
+            f"the slow-field period must be a finite number of seconds > 0 (got {period_s!r}); "
+            f"try 0.5 (0.1 for phase attribution)"
+        )
+    return float(period_s)
+
 
 # nvmlValueType_t (nvml.h) -> member of the nvmlValue_t union that holds the value.
 _UNION_MEMBER = {
@@ -112,6 +162,7 @@ class _Gpu(VisibleGpu):
     readers: list[tuple[str, Callable[[Any], Any]]] = field(default_factory=list)
     counter: Callable[[Any], float] | None = None
     infos: list[SignalInfo] = field(default_factory=list)
+    slow_due_at: float = float("-inf")
     slow_read_at: float = float("-inf")
     fast: frozenset[str] = FAST_SIGNALS
     """Signals read at every poll: the instant power, or the average where there is none."""
@@ -123,8 +174,12 @@ class NvmlSensor:
     Args:
         gpus: user-visible GPU indices (as under CUDA_VISIBLE_DEVICES); None for every visible GPU.
         environ: where CUDA_VISIBLE_DEVICES is read from (default: os.environ).
+        slow_period_s: seconds between reads of the slow fields (average power, utilization,
+            memory, clock, temperature; `slow_fields_due` says exactly when). Default
+            SLOW_FIELDS_PERIOD_S (0.1 s); `jouleprof measure` uses 0.5 s.
 
     Raises:
+        ValueError: slow_period_s is not > 0.
         SensorUnavailable: no driver, no pynvml, or no GPU visible.
         SensorError: a requested GPU index does not exist, or NVML failed.
     """
@@ -133,7 +188,13 @@ class NvmlSensor:
     counter_read_is_slow = True
     nominal_refresh_s = NOMINAL_REFRESH_S
 
-    def __init__(self, gpus: Sequence[int] | None = None, environ: Mapping[str, str] | None = None):
+    def __init__(
+        self,
+        gpus: Sequence[int] | None = None,
+        environ: Mapping[str, str] | None = None,
+        slow_period_s: float = SLOW_FIELDS_PERIOD_S,
+    ):
+        self.slow_period_s = check_slow_period(slow_period_s)
         nv = import_pynvml()
         try:
             nv.nvmlInit()
@@ -234,6 +295,7 @@ class NvmlSensor:
     def read(self, device: str, counter: bool) -> Reading:
         """Read the cheap signals of `device`, and the energy counter too when `counter` is True.
 
+        The instant power is read every time, the slow fields when `slow_fields_due` says so.
         Signals found unavailable when the sensor opened are None, never 0.
         """
         gpu = self._gpu(device)
@@ -241,9 +303,11 @@ class NvmlSensor:
         values: dict[str, Any] = {}
         signal = ""
         # Average power, utilization, memory, clock and temperature change slowly: they are
-        # read at most every SLOW_FIELDS_PERIOD_S (None in between: "not read").
+        # read about once per slow_period_s (None in between: "not read").
         now = time.perf_counter()
-        slow_due = now - gpu.slow_read_at >= SLOW_FIELDS_PERIOD_S
+        slow_due, gpu.slow_due_at = slow_fields_due(
+            now, gpu.slow_due_at, gpu.slow_read_at, self.slow_period_s, counter
+        )
         if slow_due:
             gpu.slow_read_at = now
         try:
