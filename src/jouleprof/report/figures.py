@@ -242,10 +242,34 @@ def timeline_plot(
     return Plot(name, title, save(fig, out_dir, name), caption=caption)
 
 
+CANONICAL_PHASES = (
+    "data",
+    "forward",
+    "backward",
+    "optimizer",
+    "ema",
+    "idle",
+    "untracked",
+    "forward/target",
+    "forward/context",
+    "optimizer+ema",
+)
+"""The training phases' order for colors: a phase keeps its color in every figure and report,
+whichever phases each figure happens to show."""
+
+
 def phase_colors(phases: Sequence[str]) -> dict[str, Any]:
-    """One color per phase name, top-level phases first (the same in every figure of a run)."""
+    """One color per phase name: the canonical phases by their fixed slot, then any others
+    (user-named), top-level first, in the slots left."""
+    from matplotlib import colormaps
+
     names = list(dict.fromkeys(phases))
-    return colors([n for n in names if "/" not in n] + [n for n in names if "/" in n])
+    others = [n for n in names if n not in CANONICAL_PHASES]
+    others = [n for n in others if "/" not in n] + [n for n in others if "/" in n]
+    tab10, tab20 = colormaps["tab10"], colormaps["tab20"]
+    col = {n: tab10(i) for i, n in enumerate(CANONICAL_PHASES)}
+    col |= {n: tab20((2 * j + 1) % tab20.N) for j, n in enumerate(others)}  # the light shades
+    return {n: col[n] for n in names}
 
 
 def _phase_lane(ax: Any, spans: pd.DataFrame, col: dict[str, Any]) -> None:

@@ -120,30 +120,33 @@ def _stacked(
     caption: str,
     ax=None,
     fig=None,
+    col: dict | None = None,
 ) -> Plot:
     own = ax is None
     if own:
         fig, axes = new_figure(1, 1, 8, 4.0)
         ax = axes[0, 0]
-    col = phase_colors(list(piv.columns))
+    piv, gaps = _additive(piv)
+    col = col or phase_colors(list(piv.columns))
     x = np.arange(len(piv.index))
     bottom = np.zeros(len(x))
     for ph in piv.columns:
         v = piv[ph].to_numpy(float)
         ok = ~np.isnan(v)
+        if not ok.any():
+            continue  # never resolved here: no bar, no legend entry
         ax.bar(x[ok], v[ok], 0.6, bottom=bottom[ok], color=col[ph], label=ph)
         bottom[ok] += v[ok]
     if len(bottom) and np.nanmax(bottom) > 0:
         ax.set_ylim(0, 1.15 * np.nanmax(bottom))
-    gaps = piv.isna().sum(axis=1).to_numpy()
     for xi, top, k in zip(x, bottom, gaps, strict=True):
         if k:  # a partial stack must not read as a smaller total
             ax.annotate(
-                f"{k} unresolved\n(not stacked)",
+                f"{k} unres.",
                 (xi, top),
                 ha="center",
                 va="bottom",
-                fontsize=7,
+                fontsize=6,
                 color="#b03030",
             )
     ax.set_xticks(x, [str(b) for b in piv.index])
@@ -156,6 +159,28 @@ def _stacked(
     return Plot(name, title, save(fig, out, name), caption=caption)
 
 
+def _additive(piv: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
+    """The columns that add up to a step, and per row how many phases are left out.
+
+    A joint row "a+b" (regression: two phases weighed only together) stands for its members
+    where none of them is resolved; where one is, stacking it too would count that phase
+    twice, so the joint value is dropped there. A phase a joint row stands for is not counted
+    as left out.
+    """
+    piv = piv.copy()
+    covered = pd.DataFrame(False, index=piv.index, columns=piv.columns)
+    for c in [c for c in piv.columns if "+" in c]:
+        members = [m for m in c.split("+") if m in piv.columns]
+        clash = piv[members].notna().any(axis=1) if members else False
+        piv.loc[clash, c] = np.nan
+        for m in members:
+            covered[m] |= piv[c].notna()
+    missing = piv.isna() & ~covered
+    joint = [c for c in piv.columns if "+" in c]
+    missing[joint] = False  # a joint row absent where its members are resolved is no gap
+    return piv, missing.sum(axis=1).to_numpy()
+
+
 def phase_energy_by_batch_plot(energy: pd.DataFrame, out: Path) -> Plot:
     """Per method, stacked phase energy per sample per batch size; proportional vs regression."""
     name, title = "phase_energy_by_batch", "Phase energy per sample vs batch size, by method"
@@ -163,6 +188,7 @@ def phase_energy_by_batch_plot(energy: pd.DataFrame, out: Path) -> Plot:
     compare = {"proportional", "regression"} <= set(methods)
     fig, axes = new_figure(1, len(methods) + int(compare), 5.0 * (len(methods) + compare), 4.2)
     unresolved = []
+    col = phase_colors(list(dict.fromkeys(energy["phase"])))  # one color per phase, every panel
     for ax, m in zip(axes[0], methods, strict=False):
         g = energy[energy["method"] == m]
         piv = g.pivot_table(
@@ -172,7 +198,7 @@ def phase_energy_by_batch_plot(energy: pd.DataFrame, out: Path) -> Plot:
             sort=False,
             dropna=False,
         )
-        _stacked(piv, "energy per sample (J)", name, title, out, "", ax=ax, fig=fig)
+        _stacked(piv, "energy per sample (J)", name, title, out, "", ax=ax, fig=fig, col=col)
         ax.set_title(m, fontsize=9)
         unresolved += [
             f"{m}: {r.phase} at {r.batch_size}" for r in g.itertuples() if r.n_resolved == 0
