@@ -108,17 +108,22 @@ def sampler_cost(interval_s: float, seconds: float, counter: str) -> dict:
     from jouleprof.sensors.nvml import NvmlSensor
     from jouleprof.sensors.sampler import ListSink, Sampler, SamplerConfig
 
+    # Slow fields as each mode reads them (MeasureConfig.slow_fields_period_s): 0.5 s in
+    # `measure` and e2e, 0.1 s in fine mode.
     if counter == "sparse":
         cfg = SamplerConfig(
             interval_s=interval_s, counter_interval_s=5.0, counter_burst_every_s=60.0
         )
+        slow_s = 0.5
     elif counter == "1s":
         cfg = SamplerConfig(
             interval_s=interval_s, counter_interval_s=1.0, counter_burst_every_s=30.0
         )
+        slow_s = 0.5
     else:
         cfg = SamplerConfig(interval_s=interval_s, counter_interval_s=0.1)
-    sensor = NvmlSensor([0])
+        slow_s = 0.1
+    sensor = NvmlSensor([0], slow_period_s=slow_s)
     skip_s = 2.0
     with Sampler([sensor], ListSink(), cfg, clock=MonotonicClock()) as s:
         time.sleep(skip_s)
@@ -130,6 +135,7 @@ def sampler_cost(interval_s: float, seconds: float, counter: str) -> dict:
     st = s.stats.to_json()
     st["interval_s"] = interval_s
     st["counter"] = counter
+    st["slow_fields_period_s"] = slow_s
     st["steady_window_s"] = w1 - w0
     st["steady_cpu_fraction_of_core"] = (c1 - c0) / (w1 - w0)
     st["steady_counter_reads"] = n1 - n0

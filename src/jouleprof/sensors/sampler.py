@@ -1,8 +1,11 @@
 """Background reads of every sensor at a fixed interval, written out as they happen.
 
-The cheap fields (power, utilization, memory, clock, temperature) are read every interval.
-A slow energy counter (NVML's costs ~5 ms of CPU per read on an H200) is read at most about
-once per refresh period, at dithered times; end-to-end measurement reads it about once a second.
+Every interval the sampler polls each sensor; what a poll reads is the sensor's business (the
+NVML sensor reads the instant power every poll and its slow fields — 1 s average power,
+utilization, memory, clock, temperature — every `slow_period_s`, 0.5 s by default in
+`jouleprof measure`). A slow energy counter (NVML's costs ~5 ms of CPU per read on an H200) is
+read at most about once per refresh period, at dithered times; end-to-end measurement reads it
+about once a second.
 Every sample is stamped on one monotonic clock at the middle of its read.
 
 Samples go to a sink in batches (a CSV file in a run directory), so memory stays bounded for runs
