@@ -44,6 +44,8 @@ def test_fine_cell_records_phases_overhead_and_says_why_energy_is_missing(tmp_pa
     s = rec.summary
     assert s["throughput_samples_per_s"].value > 0
     assert s["fine_overhead_pct"].source.value == "measured"
+    assert s["recorder_host_pct"].source.value == "estimated"
+    assert 0 < s["recorder_host_pct"].value < 100
     flops = rec.extra["workload_facts"]["flops_per_sample"]["forward_backward_flops"]
     assert flops > 0 and s["floor_energy_per_sample_j"].value == pytest.approx(
         flops / (790e12 / 700)

@@ -453,3 +453,14 @@ def test_sync_mode_times_on_the_host_after_synchronizing(monkeypatch, fake_gpu):
     (s,) = rec.sink.spans
     assert s.duration_s >= 0.003 - 1e-5  # the end waited for the GPU
     assert s.t0_s == s.host_t0_s
+
+
+def test_host_cost_per_step_adds_the_boundaries_and_the_step_end():
+    from jouleprof.timeline.recorder import RecorderStats
+
+    st = RecorderStats(n_steps=10, n_phases=70, n_timed_boundaries=4, timed_boundary_ns=200_000)
+    st.step_end_ns = 10 * 30_000  # 30 µs a step end
+    # 14 boundaries a step at 50 µs, plus 30 µs: 730 µs.
+    assert st.host_us_per_step == pytest.approx(730.0)
+    assert st.to_json()["host_us_per_step"] == pytest.approx(730.0)
+    assert RecorderStats().host_us_per_step is None

@@ -136,6 +136,15 @@ def cell_figures(rd: RunDir) -> dict[str, Figure]:
     mem = rec.extra.get("peak_mem_allocated_bytes")
     if mem:
         out["peak_mem_allocated_bytes"] = Figure.measured(mem, "B", signal="torch allocator")
+    host_us = (rec.extra.get("phase_recorder") or {}).get("host_us_per_step")
+    step = out.get("step_time_s")
+    if host_us is not None and step is not None and step.value:
+        out["recorder_host_pct"] = Figure.estimated(
+            100 * host_us / 1e6 / step.value,
+            "%",
+            "the phase recorder's own host time per step (sampled boundaries and step ends) "
+            "over the step time: what it can add to a step the host paces",
+        )
     ov = rec.extra.get("overhead")
     if ov and ov.get("overhead_pct") is not None:
         out["fine_overhead_pct"] = Figure.measured(

@@ -125,6 +125,8 @@ class RecorderStats:
     """Largest (host time − mapped GPU time) of a boundary: > 0 is a mapping error."""
     n_timed_boundaries: int = 0
     timed_boundary_ns: int = 0
+    step_end_ns: int = 0
+    """Host time spent in `end_step` (resolving events, anchors), all steps together."""
 
     @property
     def host_us_per_boundary(self) -> float | None:
@@ -133,9 +135,21 @@ class RecorderStats:
             return None
         return self.timed_boundary_ns / self.n_timed_boundaries / 1e3
 
+    @property
+    def host_us_per_step(self) -> float | None:
+        """The recorder's host time per step, in microseconds: its phase boundaries (at the
+        sampled mean cost) and its step end. On a step the host paces, the most the recorder
+        can slow it; on one the GPU paces, the host's lead hides it."""
+        per_boundary = self.host_us_per_boundary
+        if per_boundary is None or not self.n_steps:
+            return None
+        boundaries = 2 * self.n_phases / self.n_steps
+        return boundaries * per_boundary + self.step_end_ns / self.n_steps / 1e3
+
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         d["host_us_per_boundary"] = self.host_us_per_boundary
+        d["host_us_per_step"] = self.host_us_per_step
         return d
 
 
@@ -320,6 +334,7 @@ class PhaseRecorder:
         group = self._group
         if group is None:
             return
+        t_in = _perf_ns()
         while len(self._stack) > self._step_depth:
             self.stats.n_forced_closes += 1
             self._close_top()
@@ -331,6 +346,7 @@ class PhaseRecorder:
             self._poll()
         else:
             self._resolve_ready()
+        self.stats.step_end_ns += _perf_ns() - t_in
 
     def begin_phase(self, name: str) -> None:
         """Open a phase (nested under the open one, if any)."""
