@@ -276,3 +276,27 @@ def test_attention_backend_choice_keeps_the_loss_and_is_validated():
     torch.testing.assert_close(flash, auto, rtol=1e-4, atol=1e-5)
     with pytest.raises(Exception, match="attention_backend must be one of"):
         tiny(attention_backend="cudnn-please")
+
+
+def test_trainer_makes_its_weights_on_its_device():
+    """The networks are built under `torch.device(device)` and the target encoder is a copy made
+    there: no weight is initialized on the CPU and then moved (on the meta device, any CPU
+    tensor bigger than an RNG state would be such a weight)."""
+    from torch.utils import _pytree as pytree
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class CpuTensors(TorchDispatchMode):
+        largest = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            for t in pytree.tree_leaves(out):
+                if isinstance(t, torch.Tensor) and t.device.type == "cpu":
+                    self.largest = max(self.largest, t.numel())
+            return out
+
+    with CpuTensors() as seen:
+        trainer = VJepa2Trainer(get_preset("vit_base"), "meta")
+    assert seen.largest < 10_000
+    for net in (trainer.encoder, trainer.predictor, trainer.target_encoder):
+        assert all(t.is_meta for t in [*net.parameters(), *net.buffers()])

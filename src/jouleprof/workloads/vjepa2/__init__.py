@@ -12,12 +12,18 @@ from jouleprof.workloads.vjepa2.masks import REFERENCE_MASKS, MaskSpec, MultiBlo
 from jouleprof.workloads.vjepa2.presets import PRESETS, get_preset, preset_names
 
 if TYPE_CHECKING:  # pragma: no cover
-    from jouleprof.workloads.vjepa2.collate import VJepa2Batch, VJepa2Collator, make_loader
+    from jouleprof.workloads.vjepa2.collate import (
+        ClipBatchLoader,
+        VJepa2Batch,
+        VJepa2Collator,
+        make_loader,
+    )
     from jouleprof.workloads.vjepa2.flops import flops_per_sample
     from jouleprof.workloads.vjepa2.loop import RunSummary, run
     from jouleprof.workloads.vjepa2.step import StepResult, VJepa2Trainer
 
 _LAZY = {
+    "ClipBatchLoader": "collate",
     "VJepa2Batch": "collate",
     "VJepa2Collator": "collate",
     "make_loader": "collate",
@@ -36,6 +42,7 @@ __all__ = [
     "VJepa2Config",
     "get_preset",
     "preset_names",
+    "ClipBatchLoader",
     "VJepa2Batch",
     "VJepa2Collator",
     "make_loader",

@@ -1,19 +1,25 @@
 """Batches for the V-JEPA2 step: stacked clips plus the mask indices, built on the CPU.
 
-Mask generation happens here, in the DataLoader workers, as in the reference collator, so the
-GPU step receives ready index tensors and spends no time on it.
+The DataLoader's workers decode single clips, and a thread of the training process stacks B of
+them, draws the batch's masks (as the reference collator does, so the GPU step receives ready
+index tensors and spends no time on them) and, for a CUDA run, writes the batch straight into
+pinned memory. See `ClipBatchLoader` for why the batch is not assembled in one worker.
 """
 
 from __future__ import annotations
 
 import logging
+import math
+import queue
+import threading
+import weakref
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset, Sampler, get_worker_info
+from torch.utils.data import DataLoader, Dataset, RandomSampler, Sampler, get_worker_info
 
 from jouleprof.workloads.vjepa2.config import VJepa2Config
 from jouleprof.workloads.vjepa2.masks import MultiBlock3dMasks
@@ -58,12 +64,19 @@ class VJepa2Collator:
 
     Args:
         config: Gives the token grid and the mask specs.
-        seed: Mixed with the worker id, so each worker draws its own masks reproducibly.
+        seed: Mixed with the worker id, so each worker draws its own masks reproducibly (in the
+            training process, as `ClipBatchLoader` calls it, the id is -1: one mask stream,
+            whatever the number of workers).
+        pin_memory: Stack the clips straight into page-locked memory (CUDA runs), and pin the
+            index tensors: one copy of the clips rather than a stack then a pinned copy.
     """
 
-    def __init__(self, config: VJepa2Config, seed: int | None = None) -> None:
+    def __init__(
+        self, config: VJepa2Config, seed: int | None = None, *, pin_memory: bool = False
+    ) -> None:
         self.masks = MultiBlock3dMasks(config.grid, config.masks)
         self.seed = config.seed if seed is None else seed
+        self.pin_memory = pin_memory
         self._rng: np.random.Generator | None = None
         self._worker = -2
 
@@ -76,13 +89,20 @@ class VJepa2Collator:
         return self._rng
 
     def __call__(self, items: Sequence[torch.Tensor | tuple]) -> VJepa2Batch:
-        clips = torch.stack([i[0] if isinstance(i, tuple | list) else i for i in items])
+        clips = [i[0] if isinstance(i, tuple | list) else i for i in items]
+        if self.pin_memory:
+            first = clips[0]
+            out = torch.empty((len(clips), *first.shape), dtype=first.dtype, pin_memory=True)
+            stacked = torch.stack(clips, out=out)
+        else:
+            stacked = torch.stack(clips)
         sets = self.masks(len(items), self._generator())
-        return VJepa2Batch(
-            clips,
-            [torch.from_numpy(s.context) for s in sets],
-            [torch.from_numpy(s.target) for s in sets],
-        )
+        context = [torch.from_numpy(s.context) for s in sets]
+        target = [torch.from_numpy(s.target) for s in sets]
+        if self.pin_memory:
+            context = [c.pin_memory() for c in context]
+            target = [t.pin_memory() for t in target]
+        return VJepa2Batch(stacked, context, target)
 
 
 class InfiniteSampler(Sampler[int]):
@@ -144,6 +164,287 @@ def build_dataset(
     )
 
 
+def _as_is(item: object) -> object:
+    """The clip loader's collate_fn: single items pass through untouched (module-level, so a
+    worker started by spawn can unpickle it)."""
+    return item
+
+
+class _Failure:
+    """An exception raised in the assembly thread, carried to the consumer."""
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+
+_END = object()  # the clip stream ran out (finite loaders only)
+_POLL_S = 0.1  # how often a blocked assembly thread looks at its stop flag
+_JOIN_S = 10.0  # how long shutting down waits for the assembly thread
+
+
+class ClipBatchLoader:
+    """An iterable of `VJepa2Batch`: a DataLoader over single clips, batched in this process.
+
+    Why not `DataLoader(batch_size=B)`: it hands a whole batch to ONE worker, so the first batch
+    takes B clip decodes while the other workers decode batches 2, 3... In the H200 study
+    (benchmarks/results/study_vith, 12 workers) the warm-up's first step waited for it: warm-up
+    4–6 s at batch ≤ 16 but 29 s at batch 64 and 67 s at batch 128. Here the sampler's order is
+    dealt out one clip per task, round robin, so batch k's clips are decoded by all the workers
+    at once and the first batch of B arrives after about ceil(B / W) clip decodes; later
+    batches arrive at the same rate as before (the same workers do the same work).
+
+    Measured on a 2-core CPU box (times from creating the iterator, worker start included):
+    - a Dataset sleeping 50 ms per clip (so 8 workers need no cores), B=64, W=8: first batch at
+      3.49 s with the whole-batch loader, at 0.61 s here (ideal 8 × 50 ms = 0.40 s), then one
+      every 0.40 s;
+    - FakeVideo clips of the vit_huge preset (16 frames, 224², 50–70 ms each on one core), B=16,
+      W=2, three runs: first batch at 1.84–2.86 s before, 0.81–1.54 s here.
+    Shutting down is quicker too: a worker finishes its current task before it exits, and the
+    DataLoader waits up to 5 s for each worker before killing it; a task is now one clip, not a
+    batch. Shutdown measured: 3.28 s before, 0.11 s here (sleeping Dataset); 1.0–1.7 s before,
+    0.06–0.13 s here (FakeVideo). The study's batch-64 and batch-128 baseline and e2e cells
+    spent about 5 s in teardown, which fits that 5 s wait.
+
+    Assembling costs the training process what the workers did before. At B=64 (617 MB of
+    float32 clips), on one core here: receiving the 64 clips from the workers 35–45 ms of CPU;
+    torch.stack 170–230 ms into a buffer already mapped, 0.4–2.1 s into a fresh allocation
+    (page faults); drawing the masks 7–19 ms. The vit_huge step at batch 64 takes 0.96 s on
+    the H200, so this must stay off the thread that launches the GPU work: with workers, a
+    background thread assembles batches (one intra-op thread, like the DataLoader's pin-memory
+    thread) and keeps `ready_batches` of them ready, and the training thread only takes one from
+    a queue. On CUDA the clips are stacked straight into pinned memory from torch's caching host
+    allocator, which hands the blocks of consumed batches back (no new page-locking, no page
+    faults once a few batches have gone through). The old pin-memory thread instead pinned every
+    batch the workers finished, up to 2 × W batches (15 GB at batch 64 with 12 workers), each a
+    new page-locked allocation while the warm-up replayed its first batch and consumed none; in
+    the study's batch-64 cell the warm-up steps took 2.0–4.5 s, against 0.96 s later, while those
+    batches came in (not yet shown to be the cause: a GPU run should tell).
+
+    With `num_workers=0` the clips are decoded and assembled in the calling thread, as before.
+
+    Determinism: the clip order is the sampler's, as before (batch k holds sampler positions
+    kB..kB+B-1). Clip i is decoded by worker i mod W (the DataLoader deals tasks round robin),
+    whose augmentation stream is seeded as before, so a run repeats given the seed and W. The
+    masks come from one stream in this process (seed, id -1), so they are the same for every W
+    and equal to the masks of a `num_workers=0` run; with the whole-batch loader each worker
+    drew masks from its own stream.
+
+    Args:
+        dataset: Items are clips or (clip, label).
+        collator: Makes a batch of B items.
+        batch_size: B.
+        sampler: Order of the clips (e.g. `InfiniteSampler`).
+        num_workers: Decoding processes; 0 decodes in the calling thread.
+        prefetch_batches: Batches' worth of clips the workers decode ahead, all workers
+            together (default 2 per worker: the depth of the whole-batch loader, whose
+            prefetch_factor 2 per worker let the study's short measured segments run on
+            batches decoded during warm-up).
+        ready_batches: Assembled batches kept ready by the assembly thread.
+        pin_device: The CUDA device whose pinned memory the collator allocates (None: no pin).
+        generator: Seeds the workers (and a finite loader's shuffle).
+    """
+
+    def __init__(
+        self,
+        dataset: Dataset,
+        collator: VJepa2Collator,
+        batch_size: int,
+        *,
+        sampler: Sampler[int],
+        num_workers: int = 0,
+        prefetch_batches: int | None = None,
+        ready_batches: int = 2,
+        pin_device: torch.device | None = None,
+        generator: torch.Generator | None = None,
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if num_workers < 0:
+            raise ValueError(f"num_workers must be >= 0, got {num_workers}")
+        if ready_batches < 1:
+            raise ValueError(f"ready_batches must be >= 1, got {ready_batches}")
+        self.dataset = dataset
+        self.collator = collator
+        self.batch_size = batch_size
+        self.num_workers = num_workers
+        self.ready_batches = ready_batches
+        self.pin_device = pin_device
+        self._current: weakref.ref[BatchIterator] | None = None
+        extra: dict[str, object] = {}
+        if num_workers > 0:
+            depth = 2 * num_workers if prefetch_batches is None else prefetch_batches
+            if depth < 1:
+                raise ValueError(f"prefetch_batches must be >= 1, got {prefetch_batches}")
+            extra = {
+                "prefetch_factor": max(2, math.ceil(depth * batch_size / num_workers)),
+                "persistent_workers": True,
+            }
+        self.clip_loader = DataLoader(
+            dataset,
+            batch_size=None,  # one clip per task
+            sampler=sampler,
+            num_workers=num_workers,
+            collate_fn=_as_is,
+            pin_memory=False,  # the collator pins the stacked batch
+            generator=generator,
+            **extra,
+        )
+
+    @property
+    def pin_memory(self) -> bool:
+        """Whether batches come in page-locked memory."""
+        return self.pin_device is not None
+
+    def __len__(self) -> int:
+        """Batches in one pass (finite samplers only; the last partial batch is dropped)."""
+        return len(self.clip_loader) // self.batch_size
+
+    def __iter__(self) -> BatchIterator:
+        # The persistent workers serve one pass at a time: a new pass ends the previous one's
+        # assembly thread, which would otherwise read from the same worker iterator.
+        previous = self._current() if self._current is not None else None
+        if previous is not None:
+            previous._stop_thread()
+        it = BatchIterator(self)
+        self._current = weakref.ref(it)
+        return it
+
+
+def _take_batch(
+    clips: Iterator, collate: VJepa2Collator, size: int, stop: threading.Event | None = None
+) -> VJepa2Batch | None:
+    """The next `size` clips, collated; None when fewer are left (or when stopped)."""
+    items = []
+    for item in clips:
+        items.append(item)
+        if len(items) == size or (stop is not None and stop.is_set()):
+            break
+    if len(items) < size:
+        return None
+    return collate(items)
+
+
+def _put(out: queue.Queue, item: object, stop: threading.Event) -> bool:
+    while not stop.is_set():
+        try:
+            out.put(item, timeout=_POLL_S)
+            return True
+        except queue.Full:
+            continue
+    return False
+
+
+def _assemble(
+    clips: Iterator,
+    collate: VJepa2Collator,
+    size: int,
+    out: queue.Queue,
+    stop: threading.Event,
+    cuda_index: int | None,
+) -> None:
+    """The assembly thread: batches into `out` until the clips run out or `stop` is set.
+
+    Holds no reference to its `BatchIterator`, so dropping the iterator stops the thread (its
+    __del__ sets `stop`), which releases the clip iterator and so the workers."""
+    try:
+        # One intra-op thread, as in the DataLoader's pin-memory thread (the setting is per
+        # thread): the stack must not take every core from the workers and the training thread.
+        torch.set_num_threads(1)
+        if cuda_index is not None:
+            torch.cuda.set_device(cuda_index)
+        while not stop.is_set():
+            batch = _take_batch(clips, collate, size, stop)
+            if stop.is_set():
+                return
+            if not _put(out, _END if batch is None else batch, stop) or batch is None:
+                return
+    except BaseException as e:  # carried to the consumer, which raises it
+        _put(out, _Failure(e), stop)
+
+
+class BatchIterator(Iterator[VJepa2Batch]):
+    """One pass over a `ClipBatchLoader` (endless with an infinite sampler).
+
+    Creating it starts the workers first (forked before anything here touches CUDA), then the
+    assembly thread. `close()` (alias `_shutdown_workers`, the name the DataLoader's iterator
+    uses) stops both; dropping the iterator does the same.
+    """
+
+    def __init__(self, loader: ClipBatchLoader) -> None:
+        self.batch_size = loader.batch_size
+        self._collate = loader.collator
+        self._done = False
+        self._thread: threading.Thread | None = None
+        self._clip_loader = loader.clip_loader
+        self._clips = iter(loader.clip_loader)  # workers start here
+        if loader.num_workers == 0:
+            return
+        cuda_index = None
+        if loader.pin_device is not None and loader.pin_device.type == "cuda":
+            index = loader.pin_device.index
+            cuda_index = torch.cuda.current_device() if index is None else index
+        self._queue: queue.Queue = queue.Queue(maxsize=loader.ready_batches)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=_assemble,
+            args=(
+                self._clips,
+                self._collate,
+                self.batch_size,
+                self._queue,
+                self._stop,
+                cuda_index,
+            ),
+            name="vjepa2-batches",
+            daemon=True,
+        )
+        self._thread.start()
+
+    def __next__(self) -> VJepa2Batch:
+        if self._done:
+            raise StopIteration
+        if self._thread is None:
+            batch = _take_batch(self._clips, self._collate, self.batch_size)
+        else:
+            item = self._queue.get()
+            if isinstance(item, _Failure):
+                self._done = True
+                raise item.exc
+            batch = None if item is _END else item
+        if batch is None:
+            self._done = True
+            raise StopIteration
+        return batch
+
+    def _stop_thread(self) -> None:
+        self._done = True
+        if self._thread is not None:
+            self._stop.set()
+            while True:  # unblock a put
+                try:
+                    self._queue.get_nowait()
+                except queue.Empty:
+                    break
+            # It may be waiting for the next clip: at most about one clip decode.
+            self._thread.join(timeout=_JOIN_S)
+
+    def close(self) -> None:
+        """Stops the assembly thread and the workers (safe to call twice)."""
+        self._stop_thread()
+        shutdown = getattr(self._clips, "_shutdown_workers", None)  # multi-process only
+        if shutdown is not None:
+            shutdown()
+            if getattr(self._clip_loader, "_iterator", None) is self._clips:
+                self._clip_loader._iterator = None  # a later pass starts new workers
+
+    _shutdown_workers = close
+
+    def __del__(self) -> None:
+        stop = getattr(self, "_stop", None)
+        if stop is not None:
+            stop.set()
+
+
 def make_loader(
     config: VJepa2Config,
     source: object,
@@ -152,16 +453,18 @@ def make_loader(
     cache_dir: str | Path | None = None,
     infinite: bool = True,
     num_workers: int | None = None,
-) -> DataLoader:
-    """A DataLoader of `VJepa2Batch` for training.
+    prefetch_batches: int | None = None,
+) -> ClipBatchLoader:
+    """An iterable of `VJepa2Batch` for training (see `ClipBatchLoader`).
 
     Args:
         config: Batch size, workers, seed, clip shape and masks.
         source: See `build_dataset`.
         device: Where batches go; memory is pinned when it is a CUDA device.
         cache_dir: FakeVideo's cache folder.
-        infinite: Iterate forever (training) rather than one pass.
+        infinite: Iterate forever (training) rather than one shuffled pass.
         num_workers: Overrides `config.num_workers`.
+        prefetch_batches: See `ClipBatchLoader`.
     """
     dataset = build_dataset(config, source, cache_dir=cache_dir)
     workers = config.num_workers if num_workers is None else num_workers
@@ -171,15 +474,18 @@ def make_loader(
             "dataset has %d clips, fewer than batch_size %d", len(dataset), config.batch_size
         )
     generator = torch.Generator().manual_seed(config.seed)
-    return DataLoader(
+    sampler: Sampler[int] = (
+        InfiniteSampler(len(dataset), config.seed)
+        if infinite
+        else RandomSampler(dataset, generator=generator)
+    )
+    return ClipBatchLoader(
         dataset,
-        batch_size=config.batch_size,
-        sampler=InfiniteSampler(len(dataset), config.seed) if infinite else None,
-        shuffle=None if infinite else True,
-        drop_last=True,
+        VJepa2Collator(config, pin_memory=pin),
+        config.batch_size,
+        sampler=sampler,
         num_workers=workers,
-        collate_fn=VJepa2Collator(config),
-        pin_memory=pin,
-        persistent_workers=workers > 0,
+        prefetch_batches=prefetch_batches,
+        pin_device=torch.device(device) if pin else None,
         generator=generator,
     )

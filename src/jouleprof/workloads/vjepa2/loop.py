@@ -10,7 +10,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from jouleprof.timeline.markers import PhaseMarker
-from jouleprof.workloads.vjepa2.collate import make_loader
+from jouleprof.workloads.vjepa2.collate import ClipBatchLoader, make_loader
 from jouleprof.workloads.vjepa2.config import VJepa2Config
 from jouleprof.workloads.vjepa2.step import VJepa2Trainer
 
@@ -46,8 +46,8 @@ def run(
         marker: Receives the step and phase boundaries.
         steps: Number of optimizer steps.
         duration_s: Host seconds; the step running when it passes is finished.
-        data: A DataLoader or iterator of `VJepa2Batch`, or a source for `make_loader`
-            ('fake', a folder, a .csv list, paths, a Dataset).
+        data: A loader (`make_loader`'s, or a DataLoader) or iterator of `VJepa2Batch`, or a
+            source for `make_loader` ('fake', a folder, a .csv list, paths, a Dataset).
         on_step: Called as on_step(step_index, step_time_s, samples) after each step.
         device: Default: CUDA if present, else CPU.
         synchronize_steps: Wait for the device after each step so step_time_s is the device's
@@ -64,36 +64,43 @@ def run(
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     device = torch.device(device)
-    trainer = VJepa2Trainer(config, device, marker)
-    if isinstance(data, DataLoader):
+    owned = None  # a loader made here is shut down here
+    if isinstance(data, ClipBatchLoader | DataLoader):
         batches: Iterator = iter(data)
     elif isinstance(data, Iterator):
         batches = data
     else:
-        batches = iter(make_loader(config, data, device=device))
+        # Before the trainer: the workers start (fork) before CUDA is initialized here and
+        # decode the first batch while the networks are built.
+        batches = owned = iter(make_loader(config, data, device=device))
+    try:
+        trainer = VJepa2Trainer(config, device, marker)
 
-    def sync() -> None:
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
+        def sync() -> None:
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
 
-    done, samples, result = 0, 0, None
-    start = time.perf_counter()
-    while steps is None or done < steps:
-        if duration_s is not None and time.perf_counter() - start >= duration_s:
-            break
-        t0 = time.perf_counter()
-        try:
-            result = trainer.train_step(batches)
-        except StopIteration:  # a finite loader ran out
-            break
-        if synchronize_steps:
-            sync()
-        step_time_s = time.perf_counter() - t0
-        samples += result.samples
-        if on_step is not None:
-            on_step(done, step_time_s, result.samples)
-        done += 1
-    sync()
-    elapsed_s = time.perf_counter() - start
+        done, samples, result = 0, 0, None
+        start = time.perf_counter()
+        while steps is None or done < steps:
+            if duration_s is not None and time.perf_counter() - start >= duration_s:
+                break
+            t0 = time.perf_counter()
+            try:
+                result = trainer.train_step(batches)
+            except StopIteration:  # a finite loader ran out
+                break
+            if synchronize_steps:
+                sync()
+            step_time_s = time.perf_counter() - t0
+            samples += result.samples
+            if on_step is not None:
+                on_step(done, step_time_s, result.samples)
+            done += 1
+        sync()
+        elapsed_s = time.perf_counter() - start
+    finally:
+        if owned is not None:
+            owned.close()
     final_loss = None if result is None else float(result.loss)
     return RunSummary(steps=done, samples=samples, elapsed_s=elapsed_s, final_loss=final_loss)
