@@ -116,8 +116,9 @@ class _VJepa2Session:
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
         # The loader first: its workers are forked before CUDA is initialized here, and they
-        # decode the first batches while the model is built (at batch 64 the first batch, 64
-        # clips decoded by one worker, took 15–22 s on the H200's host).
+        # decode the first batches while the model is built. (With PyTorch's own batching one
+        # worker decoded all 64 clips of a batch-64 first batch, 15–22 s on the H200's host;
+        # the loader now spreads a batch's clips over its workers.)
         self._loader = iter(make_loader(config, data, device=device))
         self.trainer = VJepa2Trainer(config, device, marker)
         self.batches = self._keep_first(self._loader)
