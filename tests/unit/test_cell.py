@@ -45,6 +45,9 @@ def test_fine_cell_records_phases_overhead_and_says_why_energy_is_missing(tmp_pa
     assert s["throughput_samples_per_s"].value > 0
     assert s["fine_overhead_pct"].source.value == "measured"
     assert s["recorder_host_pct"].source.value == "estimated"
+    assert s["data_wait_pct"].source.value == "measured"  # every mode: the trainer's own clock
+    assert 0 <= s["data_wait_pct"].value < 100
+    assert rec.extra["measured_segment"]["data_wait_s"] >= 0
     assert 0 < s["recorder_host_pct"].value < 100
     flops = rec.extra["workload_facts"]["flops_per_sample"]["forward_backward_flops"]
     assert flops > 0 and s["floor_energy_per_sample_j"].value == pytest.approx(

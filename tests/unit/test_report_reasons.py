@@ -167,7 +167,8 @@ def test_tables_show_short_whole_reasons_once_per_row(study_dir, report):
     summary = md_rows(out / "summary_by_cell_group.md")
     e2e8 = next(r for r in summary if r[:2] == ["e2e", "8"])
     assert e2e8[2] == "unavailable (out of memory in 2 of 2 cells)"
-    assert e2e8[3:] == ["—"] * 4  # the same reason for every figure: said once
+    assert e2e8[3:] == ["—"] * (len(e2e8) - 3)  # the same reason for every figure: said once
+    assert len(e2e8) >= 7
     e2e1 = next(r for r in summary if r[:2] == ["e2e", "1"])
     assert "—" not in e2e1[2:]
 

@@ -136,6 +136,11 @@ def cell_figures(rd: RunDir) -> dict[str, Figure]:
     mem = rec.extra.get("peak_mem_allocated_bytes")
     if mem:
         out["peak_mem_allocated_bytes"] = Figure.measured(mem, "B", signal="torch allocator")
+    wait_s = seg.get("data_wait_s")
+    if wait_s is not None:
+        out["data_wait_pct"] = Figure.measured(
+            100 * wait_s / (seg["t1_s"] - seg["t0_s"]), "%", signal="timer"
+        )
     host_us = (rec.extra.get("phase_recorder") or {}).get("host_us_per_step")
     step = out.get("step_time_s")
     if host_us is not None and step is not None and step.value:

@@ -22,6 +22,8 @@ INDEX_FIGURES = (
     "peak_mem_allocated_bytes",
     "fine_overhead_pct",
     "crosscheck_energy_per_sample_j",
+    "data_wait_pct",
+    "recorder_host_pct",
 )
 
 

@@ -266,6 +266,7 @@ def _segments(cfg: CellConfig, session, m, marker, recorder, steps_log: _StepLog
     )
     session.sync()
     _dense_edge(m)
+    wait0_s = getattr(session, "data_wait_s", None)  # a workload that cannot say: None
     t0_ns = time.perf_counter_ns()
     n = 0
     with cross if cross is not None else nullcontext() as cc:
@@ -290,6 +291,7 @@ def _segments(cfg: CellConfig, session, m, marker, recorder, steps_log: _StepLog
         "steps": n,
         "samples": n * session.samples_per_step,
         "first_recorded_step": 0 if recorder is not None else None,
+        "data_wait_s": None if wait0_s is None else session.data_wait_s - wait0_s,
     }
     lap("measured")
     if cc is not None:

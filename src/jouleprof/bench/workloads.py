@@ -131,6 +131,11 @@ class _VJepa2Session:
                 self.fixed_batch = batch
             yield batch
 
+    @property
+    def data_wait_s(self) -> float:
+        """Host seconds the trainer has spent getting batches so far."""
+        return self.trainer.data_wait_s
+
     def sync(self) -> None:
         if self.device.type == "cuda":
             self._torch.cuda.synchronize(self.device)

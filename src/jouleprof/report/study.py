@@ -49,6 +49,8 @@ METRICS: dict[str, tuple[str, str]] = {
     "peak_mem_allocated_bytes": ("peak memory allocated", "B"),
     "fine_overhead_pct": ("fine-mode overhead (interleaved blocks)", "%"),
     "crosscheck_energy_per_sample_j": ("cross-check energy per sample", "J"),
+    "data_wait_pct": ("time waiting for data", "%"),
+    "recorder_host_pct": ("phase recorder's host time", "%"),
 }
 
 

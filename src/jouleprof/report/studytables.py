@@ -26,6 +26,7 @@ SUMMARY_METRICS = (
     "energy_per_sample_j",
     "segment_gpu_power_w",
     "peak_mem_allocated_bytes",
+    "data_wait_pct",
 )
 
 

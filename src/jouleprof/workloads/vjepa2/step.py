@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass
@@ -115,6 +116,8 @@ class VJepa2Trainer:
             self._run_predictor = compile_module(self.predictor)
             self._run_target = compile_module(self.target_encoder)
         self.steps_done = 0
+        self.data_wait_s = 0.0
+        """Host seconds spent getting batches (waiting for the loader, starting the copy)."""
         self._last_batch: VJepa2Batch | None = None
 
     def parameter_counts(self) -> dict[str, int]:
@@ -189,7 +192,9 @@ class VJepa2Trainer:
         with mark.step():
             for _ in range(c.grad_accum_steps):
                 with mark.phase("data"):
+                    t_fetch = time.perf_counter()
                     batch = self._fetch(batches)
+                    self.data_wait_s += time.perf_counter() - t_fetch
                 with mark.phase("forward"):
                     with mark.phase("target"), self._autocast():
                         h = self._forward_target(batch)
