@@ -15,6 +15,9 @@ from jouleprof.timeline.markers import PhaseMarker
 
 
 class Session(Protocol):
+    """One workload trained by a cell. Optionally also `data_wait_s`: host seconds spent
+    getting batches so far (the cell reports the measured segment's share as data_wait_pct)."""
+
     samples_per_step: int
     device: Any
 
