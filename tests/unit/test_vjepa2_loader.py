@@ -208,10 +208,26 @@ def test_loader_checks_its_arguments_and_trains():
             dataset, VJepa2Collator(config), 2, sampler=InfiniteSampler(3), ready_batches=0
         )
     loader = make_loader(config, dataset, device="cpu", num_workers=2)
-    # Default depth: 2 batches per worker, as the whole-batch loader had: 2 × B clips a worker.
-    assert not loader.pin_memory and loader.clip_loader.prefetch_factor == 2 * 2
+    # Default depth: PREFETCH_BATCHES batches over all workers: 4 × 2 clips / 2 workers.
+    assert not loader.pin_memory and loader.clip_loader.prefetch_factor == 4
     from jouleprof.timeline.markers import NullRecorder
     from jouleprof.workloads.vjepa2.loop import run
 
     summary = run(config, NullRecorder(), steps=2, data=loader, device="cpu")
     assert summary.steps == 2 and np.isfinite(summary.final_loss)
+
+
+def test_clips_in_flight_stay_under_the_open_files_limit(monkeypatch):
+    import resource
+
+    from jouleprof.workloads.vjepa2 import collate
+
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    assert collate._open_files_budget() == (4096 if soft == resource.RLIM_INFINITY else soft // 2)
+    config = tiny(batch_size=64)
+    dataset = Tagged(config)
+    monkeypatch.setattr(collate, "_open_files_budget", lambda: 100)
+    loader = ClipBatchLoader(
+        dataset, VJepa2Collator(config), 64, sampler=InfiniteSampler(3), num_workers=4
+    )
+    assert loader.clip_loader.prefetch_factor == 25  # 4 × 64 / 4 = 64 wanted, 100 / 4 allowed

@@ -177,6 +177,24 @@ class _Failure:
         self.exc = exc
 
 
+PREFETCH_BATCHES = 4
+"""Batches' worth of clips in flight in the workers by default, all workers together (not per
+worker: with PyTorch's whole-batch loading, 2 batches a worker were 1,536 clips at batch 64 with
+12 workers, each crossing to this process in shared memory through a file descriptor). With two
+more batches ready in the assembly queue, about six batches stand between a stall and the GPU."""
+
+
+def _open_files_budget() -> int:
+    """Half of this process's soft open-files limit (4096 where it cannot be read)."""
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (ImportError, OSError, ValueError):
+        return 4096
+    return 4096 if soft == resource.RLIM_INFINITY else max(soft // 2, 16)
+
+
 _END = object()  # the clip stream ran out (finite loaders only)
 _POLL_S = 0.1  # how often a blocked assembly thread looks at its stop flag
 _JOIN_S = 10.0  # how long shutting down waits for the assembly thread
@@ -236,9 +254,10 @@ class ClipBatchLoader:
         sampler: Order of the clips (e.g. `InfiniteSampler`).
         num_workers: Decoding processes; 0 decodes in the calling thread.
         prefetch_batches: Batches' worth of clips the workers decode ahead, all workers
-            together (default 2 per worker: the depth of the whole-batch loader, whose
-            prefetch_factor 2 per worker let the study's short measured segments run on
-            batches decoded during warm-up).
+            together (default `PREFETCH_BATCHES`; capped by the open-files limit). The
+            whole-batch loader held 2 batches per worker, which let the first study's 6 s
+            measured segments at batch 64 run on batches decoded during its long warm-up;
+            with a short warm-up a loader slower than the GPU shows as data_wait_pct.
         ready_batches: Assembled batches kept ready by the assembly thread.
         pin_device: The CUDA device whose pinned memory the collator allocates (None: no pin).
         generator: Seeds the workers (and a finite loader's shuffle).
@@ -272,13 +291,20 @@ class ClipBatchLoader:
         self._current: weakref.ref[BatchIterator] | None = None
         extra: dict[str, object] = {}
         if num_workers > 0:
-            depth = 2 * num_workers if prefetch_batches is None else prefetch_batches
+            depth = PREFETCH_BATCHES if prefetch_batches is None else prefetch_batches
             if depth < 1:
                 raise ValueError(f"prefetch_batches must be >= 1, got {prefetch_batches}")
-            extra = {
-                "prefetch_factor": max(2, math.ceil(depth * batch_size / num_workers)),
-                "persistent_workers": True,
-            }
+            per_worker = max(2, math.ceil(depth * batch_size / num_workers))
+            cap = max(2, _open_files_budget() // num_workers)
+            if per_worker > cap:
+                logger.warning(
+                    "loader: %d clips in flight per worker would pass the open-files limit "
+                    "(each clip crosses in shared memory through a file descriptor); using %d",
+                    per_worker,
+                    cap,
+                )
+                per_worker = cap
+            extra = {"prefetch_factor": per_worker, "persistent_workers": True}
         self.clip_loader = DataLoader(
             dataset,
             batch_size=None,  # one clip per task
