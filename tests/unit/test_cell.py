@@ -62,6 +62,9 @@ def test_fine_cell_records_phases_overhead_and_says_why_energy_is_missing(tmp_pa
     assert list(timing)[: len(parts)] == parts
     assert {"teardown", "close", "finish"} <= set(timing)
     assert all(v is None or v >= 0 for v in timing.values())
+    assert set(rec.extra["setup_timing_s"]) == {"loader_start", "cuda_init", "model_build"}
+    first = rec.extra["warmup_first_step"]
+    assert 0 <= first["data_wait_s"] <= first["s"]
 
 
 class _OomWorkload(VJepa2Workload):

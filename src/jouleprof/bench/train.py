@@ -241,6 +241,8 @@ def _segments(cfg: CellConfig, session, m, marker, recorder, steps_log: _StepLog
 
     rec = m.record
     lap("setup")
+    if getattr(session, "setup_timing_s", None):
+        rec.extra["setup_timing_s"] = session.setup_timing_s
     rec.extra["workload_facts"] = session.facts()
     lap("facts")
 
@@ -249,8 +251,14 @@ def _segments(cfg: CellConfig, session, m, marker, recorder, steps_log: _StepLog
     # would otherwise never look settled), while the data loader's workers fill up.
     marker.active = False
     times: list[float] = []
+    wait0_s = getattr(session, "data_wait_s", None)
     while not cfg.warmup.settled(times):
         t = session.step(sync=True, fixed=bool(times))
+        if not times:  # the first step: lazy CUDA set-up, allocation, and the first batch
+            rec.extra["warmup_first_step"] = {
+                "s": round(t, 3),
+                "data_wait_s": None if wait0_s is None else round(session.data_wait_s - wait0_s, 3),
+            }
         times.append(t)
         steps_log.add("warmup", t, session.samples_per_step, False)
     rec.extra["warmup_steps"] = len(times)

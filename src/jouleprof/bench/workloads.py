@@ -7,6 +7,7 @@ marker plus a data source into a `Session` that trains one step at a time. Regis
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any, Protocol
@@ -116,14 +117,24 @@ class _VJepa2Session:
         self._torch = torch
         self.config = config
         self.device = device
-        if device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(device)
-        # The loader first: its workers are forked before CUDA is initialized here, and they
+        t = time.perf_counter()
+        # The loader first: its workers are forked before anything here initializes CUDA
+        # (forking a process that holds a CUDA context copies its large mappings), and they
         # decode the first batches while the model is built. (With PyTorch's own batching one
         # worker decoded all 64 clips of a batch-64 first batch, 15–22 s on the H200's host;
         # the loader now spreads a batch's clips over its workers.)
         self._loader = iter(make_loader(config, data, device=device))
+        t_loader = time.perf_counter()
+        if device.type == "cuda":
+            torch.cuda.init()
+            torch.cuda.reset_peak_memory_stats(device)
+        t_cuda = time.perf_counter()
         self.trainer = VJepa2Trainer(config, device, marker)
+        self.setup_timing_s = {  # where the session's set-up went (run.json extra)
+            "loader_start": round(t_loader - t, 3),
+            "cuda_init": round(t_cuda - t_loader, 3),
+            "model_build": round(time.perf_counter() - t_cuda, 3),
+        }
         self.batches = self._keep_first(self._loader)
         self.fixed_batch = None  # the first batch drawn (on the host), replayed by fixed steps
         self.samples_per_step = config.samples_per_step
@@ -144,8 +155,6 @@ class _VJepa2Session:
             self._torch.cuda.synchronize(self.device)
 
     def step(self, sync: bool, fixed: bool = False) -> float:
-        import time
-
         t0 = time.perf_counter()
         if fixed and self.fixed_batch is None:
             next(self.batches)  # draws the first batch, which _keep_first keeps
