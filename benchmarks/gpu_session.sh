@@ -8,6 +8,7 @@
 #   bash benchmarks/gpu_session.sh attr    # V-JEPA2 vit_huge fine run: overhead + 3 attribution methods
 #   bash benchmarks/gpu_session.sh par     # two GPUs: study on GPU 1 beside sampler cost + attr on GPU 0, then both
 #                                          (attr then shares the host with a study cell: use `alone` for its figures)
+#   bash benchmarks/gpu_session.sh cells   # fresh cells (default batch 8 and 64, 1 rep): where a cell's time goes
 #   bash benchmarks/gpu_session.sh study   # the batch-size × mode study until DEADLINE_S; resumable
 # DEADLINE_S (default 540): seconds after the call's start by which the study starts no new cell
 # (less the longest cell, RESERVE_S); the study resumes in the next call.
@@ -51,17 +52,20 @@ replay() {
       --batch-size "${BATCH:-8}" --n "${REPLAY_N:-30}" 2>&1 | grep -v -i warn | tail -6
 }
 study() {
-  mkdir -p /tmp/study
-  [ -f .gpuwork/study.tar.gz ] && [ ! -f /tmp/study/study.json ] && tar xzf .gpuwork/study.tar.gz -C /tmp
+  # STUDY_NAME (default study): the folder under /tmp and the tarball's name; only "study"
+  # resumes from .gpuwork/study.tar.gz.
+  local name=${STUDY_NAME:-study}
+  mkdir -p "/tmp/$name"
+  [ "$name" = study ] && [ -f .gpuwork/study.tar.gz ] && [ ! -f /tmp/study/study.json ] && tar xzf .gpuwork/study.tar.gz -C /tmp
   local budget=$(( ${DEADLINE_S:-540} - ${RESERVE_S:-50} - $(elapsed) ))
-  echo "study: $(elapsed) s into the call, budget $budget s"
+  echo "$name: $(elapsed) s into the call, budget $budget s"
   if [ "$budget" -gt 0 ]; then
     $JP study vjepa2 --preset "${PRESET:-vit_huge}" --batch-sizes "${BATCH_SIZES:-1,2,4,8,16,32,64,128}" \
-        --modes baseline,e2e,fine --reps "${REPS:-3}" --duration-s "${DURATION_S:-6}" --overhead-pairs 2 --overhead-block-steps 3 \
+        --modes "${MODES:-baseline,e2e,fine}" --reps "${REPS:-3}" --duration-s "${DURATION_S:-6}" --overhead-pairs 2 --overhead-block-steps 3 \
         --set "num_workers=${WORKERS:-12}" ${PARALLEL_GPUS:+--parallel-gpus "$PARALLEL_GPUS"} \
-        --out /tmp/study --time-budget-s "$budget" --no-report 2>&1 | tail -70
+        --out "/tmp/$name" --time-budget-s "$budget" --no-report 2>&1 | tail -70
   fi
-  tar czf "$OUT/study.tar.gz" -C /tmp study
+  tar czf "$OUT/$name.tar.gz" -C /tmp "$name"
 }
 
 case "${1:-}" in
@@ -100,8 +104,12 @@ case "${1:-}" in
     replay; echo "--- $(elapsed) s"
     sampler; echo "--- $(elapsed) s"
     gpu_tests ;;
+  cells)
+    # A few fresh cells (not the resumable study) to see where a cell's time goes now.
+    stamp cells
+    STUDY_NAME=cells BATCH_SIZES=${BATCH_SIZES:-8,64} REPS=${REPS:-1} study ;;
   attr) stamp attr; attr ;;
   study) stamp study; study ;;
-  *) echo "usage: $0 core|first|par|alone|replay|diag|attr|study" >&2; exit 2 ;;
+  *) echo "usage: $0 core|first|par|alone|replay|cells|diag|attr|study" >&2; exit 2 ;;
 esac
 echo "=== done in $(elapsed) s"
