@@ -9,6 +9,7 @@
 #   bash benchmarks/gpu_session.sh par     # two GPUs: study on GPU 1 beside sampler cost + attr on GPU 0, then both
 #                                          (attr then shares the host with a study cell: use `alone` for its figures)
 #   bash benchmarks/gpu_session.sh cells   # fresh cells (default batch 8 and 64, 1 rep): where a cell's time goes
+#   bash benchmarks/gpu_session.sh options # each training option alone (checkpointing, AdamW kernel, accumulation, workers, compile)
 #   bash benchmarks/gpu_session.sh study   # the batch-size × mode study until DEADLINE_S; resumable
 # DEADLINE_S (default 540): seconds after the call's start by which the study starts no new cell
 # (less the longest cell, RESERVE_S); the study resumes in the next call.
@@ -108,8 +109,15 @@ case "${1:-}" in
     # A few fresh cells (not the resumable study) to see where a cell's time goes now.
     stamp cells
     STUDY_NAME=cells BATCH_SIZES=${BATCH_SIZES:-8,64} REPS=${REPS:-1} study ;;
+  options)
+    # Each training option alone (checkpointing, optimizer kernel, accumulation, workers,
+    # compile last), e2e mode, vit_huge batch 8: ~6 min.
+    stamp options
+    python3 benchmarks/options.py --out /tmp/options --preset "${PRESET:-vit_huge}" --batch-size "${BATCH:-8}" \
+        --duration-s "${OPT_S:-10}" --budget-s "${OPT_BUDGET_S:-420}" 2>&1 | grep -v -i warn | tail -12
+    tar czf "$OUT/options.tar.gz" -C /tmp options ;;
   attr) stamp attr; attr ;;
   study) stamp study; study ;;
-  *) echo "usage: $0 core|first|par|alone|replay|cells|diag|attr|study" >&2; exit 2 ;;
+  *) echo "usage: $0 core|first|par|alone|replay|cells|options|diag|attr|study" >&2; exit 2 ;;
 esac
 echo "=== done in $(elapsed) s"
