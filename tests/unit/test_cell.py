@@ -45,6 +45,7 @@ def test_fine_cell_records_phases_overhead_and_says_why_energy_is_missing(tmp_pa
     assert s["throughput_samples_per_s"].value > 0
     assert s["fine_overhead_pct"].source.value == "measured"
     assert s["recorder_host_pct"].source.value == "estimated"
+    assert s["fine_overhead_median_pct"].source.value == "measured"
     assert s["data_wait_pct"].source.value == "measured"  # every mode: the trainer's own clock
     assert 0 <= s["data_wait_pct"].value < 100
     assert rec.extra["measured_segment"]["data_wait_s"] >= 0

@@ -159,6 +159,14 @@ def cell_figures(rd: RunDir) -> dict[str, Figure]:
             lo=ov.get("ci_lo_pct"),
             hi=ov.get("ci_hi_pct"),
         )
+    if ov and ov.get("median_pct") is not None:
+        out["fine_overhead_median_pct"] = Figure.measured(
+            ov["median_pct"],
+            "%",
+            signal="interleaved blocks, median pair",
+            lo=ov.get("median_ci_lo_pct"),
+            hi=ov.get("median_ci_hi_pct"),
+        )
     return out
 
 

@@ -5,7 +5,8 @@ warming up, the GPU heating) hit both arms alike. Pairs run in a counterbalanced
 default (IB BI IB BI ..., which cancels a linear drift exactly), in a seeded random order, or
 strictly alternating. The overhead is the geometric mean over pairs of the ratio of the
 instrumented block's median step time to its partner's, minus one; its confidence interval
-comes from a bootstrap that resamples those pairs. The median step time of each arm (all its
+comes from a bootstrap that resamples those pairs. Beside it, the median pair's ratio, with its
+own bootstrap interval: robust to a few pairs hit by stalls from elsewhere. The median step time of each arm (all its
 steps pooled) is reported beside it.
 
 `overhead_from_blocks` is pure statistics on recorded step times (unit-tested with synthetic
@@ -86,16 +87,28 @@ class OverheadResult:
     block_medians_instrumented_s: list[float] = field(default_factory=list)
     order: list[str] = field(default_factory=list)
     """The order blocks ran in: "I" instrumented, "B" base."""
+    median_pct: float | None = None
+    """The median pair's overhead (median of the pairs' log ratios): robust to the occasional
+    pair that a stall elsewhere on the host hit. On the H200's host-paced V-JEPA2 step its
+    interval was half as wide as the geometric mean's (benchmarks/results/attr_vith_b8, run3)."""
+    median_ci_lo_pct: float | None = None
+    median_ci_hi_pct: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
     def __str__(self) -> str:
+        median = (
+            ""
+            if self.median_pct is None
+            else f"; median pair {self.median_pct:+.2f}% "
+            f"[{self.median_ci_lo_pct:+.2f}, {self.median_ci_hi_pct:+.2f}]"
+        )
         return (
             f"overhead {self.overhead_pct:+.2f}% "
             f"[{self.ci_lo_pct:+.2f}, {self.ci_hi_pct:+.2f}] ({self.confidence:.0%} CI; "
             f"{self.instrumented_step_s * 1e3:.3f} vs {self.base_step_s * 1e3:.3f} ms/step, "
-            f"{self.n_pairs} pairs)"
+            f"{self.n_pairs} pairs{median})"
         )
 
 
@@ -148,9 +161,11 @@ def overhead_from_blocks(
     log_ratios = np.log([np.median(i) / np.median(b) for i, b in zip(inst, base, strict=True)])
     point = float(np.expm1(log_ratios.mean()))
     rng = np.random.default_rng(seed)
-    boots = np.expm1(log_ratios[rng.integers(0, n, (n_boot, n))].mean(axis=1))
+    resampled = log_ratios[rng.integers(0, n, (n_boot, n))]
+    boots = np.expm1(resampled.mean(axis=1))
     alpha = (1.0 - confidence) / 2
     lo, hi = np.quantile(boots, [alpha, 1.0 - alpha])
+    m_lo, m_hi = np.quantile(np.expm1(np.median(resampled, axis=1)), [alpha, 1.0 - alpha])
     return OverheadResult(
         base_step_s=float(np.median(np.concatenate(base))),
         instrumented_step_s=float(np.median(np.concatenate(inst))),
@@ -163,6 +178,9 @@ def overhead_from_blocks(
         block_medians_base_s=[float(np.median(a)) for a in base],
         block_medians_instrumented_s=[float(np.median(a)) for a in inst],
         order=order,
+        median_pct=float(np.expm1(np.median(log_ratios)) * 100),
+        median_ci_lo_pct=float(m_lo * 100),
+        median_ci_hi_pct=float(m_hi * 100),
     )
 
 
