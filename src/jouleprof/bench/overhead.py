@@ -6,8 +6,8 @@ default (IB BI IB BI ..., which cancels a linear drift exactly), in a seeded ran
 strictly alternating. The overhead is the geometric mean over pairs of the ratio of the
 instrumented block's median step time to its partner's, minus one; its confidence interval
 comes from a bootstrap that resamples those pairs. Beside it, the median pair's ratio, with its
-own bootstrap interval: robust to a few pairs hit by stalls from elsewhere. The median step time of each arm (all its
-steps pooled) is reported beside it.
+own bootstrap interval: robust to a few pairs hit by stalls from elsewhere. The median step
+time of each arm (all its steps pooled) is reported too.
 
 `overhead_from_blocks` is pure statistics on recorded step times (unit-tested with synthetic
 timings); `interleaved_overhead` drives a runner that the workload supplies:
