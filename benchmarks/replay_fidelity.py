@@ -101,6 +101,7 @@ def main() -> None:
         # train_step's own phases, with marks at the same places (NullRecorder marks nothing).
         tm.start_call()
         tm.mark("start")
+        t.optimizer.zero_grad(set_to_none=True)  # as train_step begins
         b = t._fetch(batch)
         tm.mark("data")
         with t._autocast():
@@ -127,7 +128,7 @@ def main() -> None:
         loss.backward()
         tm.mark("backward")
         if opt:
-            t._optimizer_step(zero_grad=False)
+            t._optimizer_step()
             tm.mark("optimizer")
 
     conditions = {

@@ -156,8 +156,11 @@ def test_replay_methods_do_one_phase_on_the_cached_batch():
         trainer.run_forward()
     trainer.train_step(make_batch(config))
     marker.events.clear()
+    # A step keeps its gradients until the next one begins; the forward replay touches none.
+    kept = [p.grad.clone() for p in trainer.encoder.parameters()]
     assert torch.isfinite(trainer.run_forward())
-    assert all(p.grad is None for p in trainer.encoder.parameters())
+    for k, p in zip(kept, trainer.encoder.parameters(), strict=True):
+        torch.testing.assert_close(k, p.grad)
     assert torch.isfinite(trainer.run_forward_backward())
     assert all(p.grad is not None for p in trainer.encoder.parameters())
     grads = [p.grad.clone() for p in trainer.encoder.parameters()]
@@ -300,3 +303,15 @@ def test_trainer_makes_its_weights_on_its_device():
     assert seen.largest < 10_000
     for net in (trainer.encoder, trainer.predictor, trainer.target_encoder):
         assert all(t.is_meta for t in [*net.parameters(), *net.buffers()])
+
+
+def test_a_step_begins_from_no_gradient():
+    # Left-over gradients (say, from a replay) must not leak into a step's update: the step
+    # sets them to None as it begins, so its backward writes them afresh.
+    config = tiny()
+    trainer = VJepa2Trainer(config, CPU)
+    for p in trainer.encoder.parameters():
+        p.grad = torch.full_like(p, 1e6)
+    trainer.train_step(make_batch(config))
+    grads = [p.grad for p in trainer.encoder.parameters() if p.grad is not None]
+    assert grads and max(float(g.abs().max()) for g in grads) < 1e5

@@ -7,13 +7,13 @@ over mask sets; backward. Then one AdamW step and the EMA update of the target e
 
 Phases, as the marker sees them (nested names become "forward/target" in the recorder):
 
-    step
+    step              (begins by setting the gradients to None: no GPU work)
       data            (× grad_accum_steps: next batch, host-to-device copy)
       forward
         target
         context
       backward
-      optimizer       (learning rate of this step, AdamW step, zero_grad)
+      optimizer       (learning rate of this step, AdamW step)
       ema             (_foreach_mul_ / _foreach_add_ with this step's momentum)
 """
 
@@ -162,13 +162,11 @@ class VJepa2Trainer:
         with self._autocast():
             return self._forward_context(batch, self._forward_target(batch))
 
-    def _optimizer_step(self, zero_grad: bool = True) -> float:
+    def _optimizer_step(self) -> float:
         lr = lr_at(self.steps_done, self.config)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         self.optimizer.step()
-        if zero_grad:
-            self.optimizer.zero_grad(set_to_none=True)
         return lr
 
     @torch.no_grad()
@@ -190,6 +188,11 @@ class VJepa2Trainer:
         c, mark = self.config, self.marker
         losses = []
         with mark.step():
+            # Gradients to None at the step's start rather than after the AdamW step (the same
+            # math): the optimizer phase then holds the AdamW step alone, as its replay does.
+            # On the H200 the phase with zero_grad in it took 7.7 ms against 5.4 ms replayed
+            # (benchmarks/results/attr_vith_b8, run3).
+            self.optimizer.zero_grad(set_to_none=True)
             for _ in range(c.grad_accum_steps):
                 with mark.phase("data"):
                     t_fetch = time.perf_counter()
@@ -227,10 +230,10 @@ class VJepa2Trainer:
         return self._forward(self._replay_batch(batch)).detach()
 
     def run_forward_backward(self, batch: VJepa2Batch | None = None) -> torch.Tensor:
-        """Forward and backward as in a training step: gradients start from None (the step's
-        optimizer phase sets them to None), so the backward writes them rather than adding
-        to them. On the H200 a replay that accumulated took 190 ms a call against 155 ms for
-        the same forward and backward inside training steps, biasing the isolation reference
+        """Forward and backward as in a training step: gradients start from None (a step sets
+        them to None as it begins), so the backward writes them rather than adding to them.
+        On the H200 a replay that accumulated took 190 ms a call against 155 ms for the same
+        forward and backward inside training steps, biasing the isolation reference
         (benchmarks/results/attr_vith_b8)."""
         self.optimizer.zero_grad(set_to_none=True)
         loss = self._forward(self._replay_batch(batch))
@@ -240,14 +243,14 @@ class VJepa2Trainer:
     def run_optimizer_step(self) -> float:
         """The optimizer phase alone: this step's learning rate and one AdamW step.
 
-        Gradients are kept (not zeroed) so that every replay does the same work: with
-        set_to_none, the next replay would find no gradient and skip every parameter. The first
+        Gradients are kept, as in a step (which sets them to None only as the next step
+        begins), so that every replay does the same work. The first
         call makes gradients with one forward+backward on the cached batch if there are none.
         Replays change the weights: the trainer is for measurement only afterwards.
         """
         if any(p.grad is None for p in self._online):
             self.run_forward_backward()
-        return self._optimizer_step(zero_grad=False)
+        return self._optimizer_step()
 
     def run_ema(self) -> float:
         """The EMA phase alone, with the current step's momentum."""
