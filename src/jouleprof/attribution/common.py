@@ -229,15 +229,16 @@ class Timeline:
     def in_step_labels(self) -> list[str]:
         return [n for n in self.order if n != IDLE]
 
-    def overlap_s(self, t0_s: np.ndarray, t1_s: np.ndarray, jitter_s: float = 0.0) -> np.ndarray:
+    def overlap_s(self, t0_s: np.ndarray, t1_s: np.ndarray, jitter_s=0.0) -> np.ndarray:
         """Time each label covers inside each interval [t0_s[i], t1_s[i]]: (n, len(names)).
 
-        With `jitter_s` > 0 each edge is uncertain by N(0, jitter_s²): the expected overlap.
+        With `jitter_s` > 0 (one σ, or one per interval) each edge is uncertain by
+        N(0, jitter_s²): the expected overlap.
         """
         c1 = self.cumulative_s(t1_s, jitter_s)
         return np.maximum(c1 - self.cumulative_s(t0_s, jitter_s), 0.0)
 
-    def cumulative_s(self, t_s: np.ndarray, jitter_s: float = 0.0) -> np.ndarray:
+    def cumulative_s(self, t_s: np.ndarray, jitter_s=0.0) -> np.ndarray:
         """Time each label has covered from the timeline's start to each t_s: (n, len(names)).
 
         With `jitter_s` > 0: the expectation over t_s + δ, δ ~ N(0, jitter_s²), in closed form.
@@ -250,17 +251,19 @@ class Timeline:
         out = np.empty((len(t), len(self.names)))
         for j in range(len(self.names)):
             out[:, j] = np.interp(t, self.edges_s, self._cum[j])
-        if jitter_s <= 0:
+        sig = np.broadcast_to(np.asarray(jitter_s, dtype=float), raw.shape)
+        if not np.any(sig > 0):
             return out
-        reach = _BLUR_REACH * jitter_s
+        sig = np.maximum(sig, 1e-12)  # a σ of 0 blurs nothing: reach 0, no edge near
+        reach = _BLUR_REACH * sig
         lo = np.searchsorted(self.edges_s, raw - reach)
         hi = np.searchsorted(self.edges_s, raw + reach)
         for r in range(int(np.max(hi - lo, initial=0))):
             k = lo + r
             near = k < hi
             k = np.where(near, k, 0)
-            u = np.abs(raw - self.edges_s[k]) / jitter_s
-            blur = np.where(near, jitter_s * (_norm_pdf(u) - u * ndtr(-u)), 0.0)
+            u = np.abs(raw - self.edges_s[k]) / sig
+            blur = np.where(near, sig * (_norm_pdf(u) - u * ndtr(-u)), 0.0)
             out += blur[:, None] * self._dslope[k]
         return out
 

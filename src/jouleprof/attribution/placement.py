@@ -56,7 +56,8 @@ class Placement:
     cols: list[int]
     """Indices into timeline.names of the labels fitted."""
     sigma_s: np.ndarray
-    """Jitter σ of the refresh instants, per kind of row (COUNTER, INSTANT, AVERAGE)."""
+    """Jitter σ of the refresh instants, per kind of row (COUNTER, INSTANT, AVERAGE); a row
+    whose own reads place it better uses its own (`SensorRows.row_sigma_s`)."""
     u: np.ndarray
     """Each row's position in the run, -1 … 1 (the drift terms multiply it)."""
 
@@ -65,16 +66,15 @@ class Placement:
         counter = r.kind == COUNTER
         shift = np.where(counter, theta[0] + theta[1] * self.u, theta[2] + theta[3] * self.u)
         longer = np.where(r.kind == INSTANT, theta[4], 0.0)
-        return SensorRows(r.t0_s + shift - longer, r.t1_s + shift, r.power_w, r.kind, r.weight)
+        return SensorRows(
+            r.t0_s + shift - longer, r.t1_s + shift, r.power_w, r.kind, r.weight, r.sigma_s
+        )
 
     def design(self, theta: np.ndarray, sigma_s: np.ndarray | None = None) -> np.ndarray:
         """Expected fraction of each row's interval that each fitted label covers."""
         sig = self.sigma_s if sigma_s is None else np.maximum(sigma_s, 0.0)
         r = self.placed(theta)
-        ov = np.empty((len(r), len(self.timeline.names)))
-        for k in np.unique(r.kind):
-            m = r.kind == k
-            ov[m] = self.timeline.overlap_s(r.t0_s[m], r.t1_s[m], float(sig[k]))
+        ov = self.timeline.overlap_s(r.t0_s, r.t1_s, r.row_sigma_s(sig))
         return ov[:, self.cols] / r.duration_s[:, None]
 
     def target(self, theta: np.ndarray) -> np.ndarray:
@@ -95,7 +95,7 @@ def row_weights(
     """Row weights ∝ configured weight / √(noise floor of its signal + its jitter variance)."""
     rows = pl.placed(theta)
     y = pl.target(theta)
-    var_w2 = jitter_variance_w2(pl.timeline, rows, pl.full(power), pl.sigma_s[rows.kind])
+    var_w2 = jitter_variance_w2(pl.timeline, rows, pl.full(power), rows.row_sigma_s(pl.sigma_s))
     base = np.zeros(len(rows))
     for k in np.unique(rows.kind):
         m = rows.kind == k

@@ -7,7 +7,10 @@
   produced it (the instant field ~25 ms, the default field 1 s). A reading is labelled with
   the one instant of the power fields' grid inside its update bracket (the two reads between
   which the value changed, widened by 3σ of the grid's jitter); readings whose bracket holds
-  no single grid instant (a gap in the reads) are dropped rather than guessed.
+  no single grid instant (a gap in the reads) are dropped rather than guessed. The refresh is
+  then placed at the mean of the grid's N(instant, jitter²) cut to the bracket, with that cut
+  distribution's σ as the row's own uncertainty (`bracket_posterior`): on the H200 the power
+  fields' grid jitters by 3–15 ms, and 20 ms reads bracket each refresh more tightly.
 
 The true refresh instants jitter around the grid. `jitter_variance_w2` gives, for each row, how
 much that jitter can move its mean power given the phases' powers: rows whose edges sit on a
@@ -19,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.special import ndtr
 
 from jouleprof.attribution.common import Timeline
 from jouleprof.errors import AttributionError
@@ -39,6 +43,9 @@ class SensorRows:
     """COUNTER, INSTANT or AVERAGE."""
     weight: np.ndarray
     """Square-root weight of the row in the least squares."""
+    sigma_s: np.ndarray | None = None
+    """Each row's own uncertainty (σ, s) of where its refresh fell, where the readings say
+    more than its grid's jitter (NaN: the grid's jitter applies)."""
 
     def __len__(self) -> int:
         return len(self.t0_s)
@@ -53,8 +60,18 @@ class SensorRows:
 
     def select(self, keep: np.ndarray) -> SensorRows:
         return SensorRows(
-            *(a[keep] for a in (self.t0_s, self.t1_s, self.power_w, self.kind, self.weight))
+            *(a[keep] for a in (self.t0_s, self.t1_s, self.power_w, self.kind, self.weight)),
+            None if self.sigma_s is None else self.sigma_s[keep],
         )
+
+    def row_sigma_s(self, kind_sigma_s: np.ndarray) -> np.ndarray:
+        """Each row's σ: its own where known, else its kind's (`kind_sigma_s[kind]`), and
+        never more than its kind's."""
+        by_kind = np.asarray(kind_sigma_s, dtype=float)[self.kind]
+        if self.sigma_s is None:
+            return by_kind
+        own = np.where(np.isnan(self.sigma_s), by_kind, self.sigma_s)
+        return np.minimum(own, by_kind)
 
 
 def _counter_rows(t_s, energy_j, grid: RefreshEstimate, weight: float):
@@ -78,12 +95,43 @@ def _power_rows(t_s, power_w, grid: RefreshEstimate, window_s: float, weight: fl
     if len(t) < 2:
         return None
     i = np.flatnonzero(v[1:] != v[:-1]) + 1
-    slack = 3.0 * max(grid.jitter_s if np.isfinite(grid.jitter_s) else 0.0, 0.5e-3)
+    jitter = grid.jitter_s if np.isfinite(grid.jitter_s) else 0.0
+    slack = 3.0 * max(jitter, 0.5e-3)
     k_lo = np.ceil((t[i - 1] - slack - grid.offset_s) / grid.period_s)
     k_hi = np.floor((t[i] + slack - grid.offset_s) / grid.period_s)
     one = k_lo == k_hi  # exactly one grid instant can have produced this value
-    tau = grid.offset_s + k_lo[one] * grid.period_s
-    return tau - window_s, tau, v[i][one], np.full(int(one.sum()), weight)
+    g = grid.offset_s + k_lo[one] * grid.period_s
+    tau, sd = bracket_posterior(g, jitter, t[i - 1][one], t[i][one])
+    return tau - window_s, tau, v[i][one], np.full(int(one.sum()), weight), sd
+
+
+def bracket_posterior(g_s, jitter_s: float, a_s, b_s) -> tuple[np.ndarray, np.ndarray]:
+    """Where a refresh fell, given its grid instant g ± jitter and the reads a < b between which
+    its value appeared: the mean and σ of N(g, jitter²) cut to [a, b].
+
+    On an H200 the power fields' refresh instants scatter by ~3–15 ms around a grid (their
+    period moves with the load), while 20 ms reads bracket each one within 20 ms (σ ≤ 5.8 ms)
+    and 5 ms reads within 5 ms: the bracket says more than the grid. With a tight grid (the
+    counter's, 1.6 ms) the grid says more. A bracket the grid's ±8σ does not reach (a read
+    far off) keeps the grid's own mean and σ.
+    """
+    g, a, b = (np.asarray(x, dtype=float) for x in (g_s, a_s, b_s))
+    if jitter_s <= 0:
+        return g, np.zeros_like(g)
+    za, zb = (a - g) / jitter_s, (b - g) / jitter_s
+    mass = ndtr(zb) - ndtr(za)
+    pa, pb = _pdf(za), _pdf(zb)
+    safe = mass > 1e-12
+    m = np.where(safe, (pa - pb) / np.where(safe, mass, 1.0), 0.0)
+    second = np.where(safe, (za * pa - zb * pb) / np.where(safe, mass, 1.0), 0.0)
+    var = np.maximum(1.0 + second - m**2, 0.0)
+    mean = np.where(safe, g + jitter_s * m, g)
+    sd = np.where(safe, jitter_s * np.sqrt(var), jitter_s)
+    return mean, sd
+
+
+def _pdf(z: np.ndarray) -> np.ndarray:
+    return np.exp(-0.5 * z * z) / np.sqrt(2.0 * np.pi)
 
 
 def sensor_rows(
@@ -122,6 +170,8 @@ def sensor_rows(
         v = dev_samples[col].to_numpy(dtype=float)
         if kind == COUNTER:
             got = _counter_rows(t, v, grids[kind], float(spec))  # type: ignore[arg-type]
+            if got is not None:
+                got = (*got, np.full(len(got[0]), np.nan))  # edges on the grid's jitter
         else:
             window_s, weight = spec  # type: ignore[misc]
             got = _power_rows(t, v, grids[kind], window_s, weight)
@@ -132,9 +182,9 @@ def sensor_rows(
             "no usable energy counter or power readings in samples.csv for regression: "
             "record energy_j or power_instant_w"
         )
-    t0, t1, p, w, k = (np.concatenate(x) for x in zip(*parts, strict=True))
+    t0, t1, p, w, sd, k = (np.concatenate(x) for x in zip(*parts, strict=True))
     order = np.argsort(0.5 * (t0 + t1), kind="stable")
-    return SensorRows(t0[order], t1[order], p[order], k[order], w[order])
+    return SensorRows(t0[order], t1[order], p[order], k[order], w[order], sd[order])
 
 
 def jitter_variance_w2(
