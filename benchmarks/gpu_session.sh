@@ -3,7 +3,7 @@
 #   bash benchmarks/gpu_session.sh core    # tests/gpu, then measure_core (sensors, idle, matmul, sampler cost)
 #   bash benchmarks/gpu_session.sh first   # tests/gpu (SKIP_TESTS=1: not), sampler cost, attr, then the study until DEADLINE_S
 #   bash benchmarks/gpu_session.sh diag    # NVML tests, sampler cost, why real batches step slower
-#   bash benchmarks/gpu_session.sh alone   # one GPU, host to itself: attr, replay, sampler cost, GPU tests
+#   bash benchmarks/gpu_session.sh alone   # one GPU, host to itself: attr, replay, kernel probe, sampler cost, GPU tests
 #   bash benchmarks/gpu_session.sh replay  # replayed forward+backward vs the same inside steps (CUDA events)
 #   bash benchmarks/gpu_session.sh attr    # V-JEPA2 vit_huge fine run: overhead + 3 attribution methods
 #   bash benchmarks/gpu_session.sh par     # two GPUs: study on GPU 1 beside sampler cost + attr on GPU 0, then both
@@ -103,6 +103,10 @@ case "${1:-}" in
     stamp alone
     attr; echo "--- $(elapsed) s"
     replay; echo "--- $(elapsed) s"
+    rm -rf /tmp/kernel_probe
+    python3 benchmarks/kernel_probe.py --out /tmp/kernel_probe --seconds "${PROBE_S:-20}" 2>&1 | tail -2
+    python3 benchmarks/instant_kernel.py /tmp/kernel_probe --json /tmp/kernel_probe/kernels.json 2>&1 | tail -9
+    tar czf "$OUT/kernel_probe.tar.gz" -C /tmp kernel_probe; echo "--- $(elapsed) s"
     sampler; echo "--- $(elapsed) s"
     gpu_tests ;;
   cells)

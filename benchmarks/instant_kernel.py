@@ -1,0 +1,128 @@
+"""Which averaging kernel does the instant power field apply? An offline test on a fine run.
+
+The regression models a power_instant_w reading as the mean power over a fixed window before
+its refresh (a boxcar; fitted ~37 ms on the H200, published ~25 ms). If the field is in fact a
+smoother filter (say, exponential), short phases next to a high-power one would be misplaced.
+This script refits a run's phase powers with the counter rows plus the instant rows under each
+candidate kernel — boxcars of several lengths, exponentials of several time constants, a
+triangle — and prints the instant rows' residual and the phase energies per step: the kernel
+the data prefer has the smallest instant residual. The counter rows (exact energy between
+refreshes) keep every fit honest.
+
+    PYTHONPATH=src python3 benchmarks/instant_kernel.py RUN_DIR [--json OUT.json]
+
+A simplified fit (no grid refinement, two-pass weights), for comparing kernels, not a
+replacement for `jouleprof attribute`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+
+from jouleprof.attribution.common import EXCLUDED, build_timeline
+from jouleprof.attribution.grid import device_grids
+from jouleprof.attribution.placement import fit_powers
+from jouleprof.attribution.rows import COUNTER, INSTANT, sensor_rows
+from jouleprof.store.rundir import RunDir
+
+KERNELS: dict[str, list[tuple[float, float, float]]] = {}
+"""name → [(start before refresh s, end before refresh s, weight)] boxes summing to weight 1."""
+for w_ms in (15, 25, 37, 50):
+    KERNELS[f"box{w_ms}"] = [(w_ms / 1e3, 0.0, 1.0)]
+for tau_ms in (10, 20, 30):
+    tau = tau_ms / 1e3
+    edges = np.linspace(0.0, 5 * tau, 11)
+    wts = np.exp(-edges[:-1] / tau) - np.exp(-edges[1:] / tau)
+    wts /= wts.sum()
+    KERNELS[f"exp{tau_ms}"] = [
+        (b, a, w) for a, b, w in zip(edges[:-1], edges[1:], wts, strict=True)
+    ]
+edges = np.linspace(0.0, 0.06, 7)
+tri = 0.06 - 0.5 * (edges[:-1] + edges[1:])
+KERNELS["tri60"] = [
+    (b, a, w) for a, b, w in zip(edges[:-1], edges[1:], tri / tri.sum(), strict=True)
+]
+
+
+def _design(timeline, t_ref, boxes, sigma):
+    x = np.zeros((len(t_ref), len(timeline.names)))
+    for start, end, w in boxes:
+        t0, t1 = t_ref - start, t_ref - end
+        x += w * timeline.overlap_s(t0, t1, sigma) / (t1 - t0)[:, None]
+    return x
+
+
+def fit_kernels(run: Path) -> dict:
+    rd = RunDir(run)
+    samples = rd.read_samples()
+    spans = rd.read_spans()
+    device = "gpu0"
+    dev = samples[samples["device"] == device]
+    tl = build_timeline(spans, float(dev["t_s"].min()), float(dev["t_s"].max()), warmup_steps=0)
+    grids, _ = device_grids(samples, dev)
+    jc, jp = grids["counter"], grids["power"]
+    rows = sensor_rows(
+        dev,
+        {COUNTER: jc.grid, INSTANT: jp.grid},
+        counter_weight=1.0,
+        instant=(0.025, 1.0),
+        average=None,
+    )
+    r0, r1 = tl.region_s
+    inside = (rows.t0_s >= max(tl.edges_s[0], r0)) & (rows.t1_s <= min(tl.edges_s[-1], r1))
+    rows = rows.select(inside)
+    cols = [j for j, nm in enumerate(tl.names) if nm not in EXCLUDED]
+    c, i = rows.kind == COUNTER, rows.kind == INSTANT
+    sig = rows.row_sigma_s(np.array([jc.jitter_s, jp.jitter_s, jp.jitter_s]))
+    xc = tl.overlap_s(rows.t0_s[c], rows.t1_s[c], sig[c]) / rows.duration_s[c][:, None]
+    out = {}
+    for name, boxes in KERNELS.items():
+        xi = _design(tl, rows.t1_s[i], boxes, sig[i])
+        x = np.vstack([xc, xi])[:, cols]
+        y = np.concatenate([rows.power_w[c], rows.power_w[i]])
+        w = np.ones(len(y))
+        for _ in range(2):  # weights from each signal's residual
+            p = fit_powers(x * w[:, None], y * w)
+            res = y - x @ p
+            sc = np.sqrt(np.mean(res[: c.sum()] ** 2))
+            si = np.sqrt(np.mean(res[c.sum() :] ** 2))
+            w = np.concatenate([np.full(c.sum(), 1 / sc), np.full(i.sum(), 1 / si)])
+        p = fit_powers(x * w[:, None], y * w)
+        res = y - x @ p
+        energy = {
+            tl.names[j]: float(p[k] * tl.time_s.get(tl.names[j], 0.0) / max(tl.n_steps, 1))
+            for k, j in enumerate(cols)
+        }
+        out[name] = {
+            "counter_residual_w": float(np.sqrt(np.mean(res[: c.sum()] ** 2))),
+            "instant_residual_w": float(np.sqrt(np.mean(res[c.sum() :] ** 2))),
+            "energy_per_step_j": energy,
+            "power_w": {tl.names[j]: float(p[k]) for k, j in enumerate(cols)},
+        }
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("run", type=Path)
+    ap.add_argument("--json", type=Path)
+    a = ap.parse_args()
+    out = fit_kernels(a.run)
+    show = ("forward/target", "forward/context", "backward", "optimizer", "ema")
+    for name, r in sorted(out.items(), key=lambda kv: kv[1]["instant_residual_w"]):
+        e = r["energy_per_step_j"]
+        print(
+            f"{name:7s} instant residual {r['instant_residual_w']:6.1f} W  counter "
+            f"{r['counter_residual_w']:5.1f} W  "
+            + "  ".join(f"{k.split('/')[-1]} {e.get(k, float('nan')):.2f}" for k in show)
+        )
+    if a.json:
+        a.json.write_text(json.dumps({"run": str(a.run), "kernels": out}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,67 @@
+"""A GPU load with sharp, recorded edges, to find the instant power field's averaging kernel.
+
+On the H200 the V-JEPA2 runs could not tell a 37 ms boxcar from a 20 ms exponential or a 60 ms
+triangle (instant residuals within 1 %), yet the split of the short optimizer and EMA phases
+depended on which (benchmarks/instant_kernel.py). This load makes the kernel visible: bursts of
+bf16 matmuls of random length (10–60 ms) separated by idle gaps of random length (20–80 ms),
+each burst a phase "busy" recorded with CUDA events, read at 5 ms with the counter every
+refresh. The power then jumps between ~idle and near the limit at known instants that fall at
+every phase of the sensor's refresh, and each kernel predicts the instant readings differently.
+
+    PYTHONPATH=src python3 benchmarks/kernel_probe.py --out RUN_DIR [--seconds 20]
+    PYTHONPATH=src python3 benchmarks/instant_kernel.py RUN_DIR --json RUN_DIR/kernels.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import time
+from pathlib import Path
+
+import torch
+
+from jouleprof import measure
+from jouleprof.timeline.recorder import PhaseRecorder
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--seconds", type=float, default=20.0)
+    ap.add_argument("--n", type=int, default=8192, help="matmul size")
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("kernel_probe needs a CUDA GPU")
+    rng = random.Random(a.seed)
+    x = torch.randn(a.n, a.n, device="cuda", dtype=torch.bfloat16)
+    y = torch.randn(a.n, a.n, device="cuda", dtype=torch.bfloat16)
+    z = torch.empty_like(x)
+    for _ in range(10):
+        torch.matmul(x, y, out=z)
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(20):
+        torch.matmul(x, y, out=z)
+    torch.cuda.synchronize()
+    per_mm_s = (time.perf_counter() - t) / 20
+    with measure(
+        a.out, gpus=(0,), interval_s=0.005, counter_interval_s=0.1, kind="kernel_probe"
+    ) as m:
+        rec = PhaseRecorder(m.clock, m.span_writer(), record=m.record)
+        m.record.extra["matmul_s"] = per_mm_s
+        t_end = time.perf_counter() + a.seconds
+        while time.perf_counter() < t_end:
+            busy_s, idle_s = rng.uniform(0.010, 0.060), rng.uniform(0.020, 0.080)
+            with rec.step(), rec.phase("busy"):
+                for _ in range(max(1, round(busy_s / per_mm_s))):
+                    torch.matmul(x, y, out=z)
+            torch.cuda.synchronize()  # the GPU really idles during the gap
+            time.sleep(idle_s)
+        rec.close()
+    print(f"run directory: {a.out} (matmul {per_mm_s * 1e3:.2f} ms)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,36 @@
+"""benchmarks/instant_kernel.py finds the simulated instant field's kernel from a square load."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+from jouleprof.sensors.simulated_workload import PhaseSpec, simulate_training
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _instant_kernel():
+    spec = importlib.util.spec_from_file_location(
+        "instant_kernel", ROOT / "benchmarks" / "instant_kernel.py"
+    )
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_a_square_load_singles_out_the_sensors_own_kernel(tmp_path):
+    # kernel_probe.py's load on the simulated GPU, whose instant field is a 25 ms boxcar.
+    run = simulate_training(
+        [PhaseSpec("busy", 0.035, 650.0), PhaseSpec("rest", 0.05, 90.0)],
+        300,
+        span_noise_s=50e-6,
+        seed=3,
+    )
+    run.samples_frame().to_csv(tmp_path / "samples.csv", index=False)
+    run.spans_frame().to_csv(tmp_path / "spans.csv", index=False)
+    fits = _instant_kernel().fit_kernels(tmp_path)
+    ranked = sorted(fits, key=lambda k: fits[k]["instant_residual_w"])
+    assert ranked[0] == "box25"
+    assert fits[ranked[1]]["instant_residual_w"] > 1.2 * fits["box25"]["instant_residual_w"]
+    assert abs(fits["box25"]["power_w"]["busy"] - 650.0) < 20.0
