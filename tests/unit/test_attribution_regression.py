@@ -180,23 +180,27 @@ def test_unrecorded_work_between_steps_is_left_out_not_called_idle():
     assert prop.step_energy_j == pytest.approx(sum(truth.values()), rel=0.005)
 
 
+def _short_pair_after_backward(opt_s: float, ema_s: float):
+    """Regression and truth over 120 steps of forward, backward, then "opt" and "ema"."""
+    phases = [
+        PhaseSpec("forward", 0.140, 480.0),
+        PhaseSpec("backward", 0.220, 600.0),
+        PhaseSpec("opt", opt_s, 430.0),
+        PhaseSpec("ema", ema_s, 520.0),
+    ]
+    run = simulate_training(phases, 120, span_noise_s=50e-6, seed=0)
+    samples = run.samples_frame()
+    tl = build_timeline(run.spans_frame(), samples["t_s"].min(), samples["t_s"].max())
+    return attribute_regression(samples, tl, "gpu0"), exact_truth(run, set(tl.analysed_steps))
+
+
 def test_phases_the_fit_cannot_split_are_weighed_together():
     # A 0.6 ms and a 0.5 ms phase back to back after a long one, over only 120 steps: this
     # seed's fit gives the first more power than the sensor ever read (it absorbs its
     # neighbour), the second an interval wider than itself, so neither is resolved; their sum
     # is a row of its own whose interval holds the truth. (With each power reading placed by
     # its own update bracket, 4 ms and 3 ms phases, and even 2 ms and 1.5 ms, are resolved.)
-    phases = [
-        PhaseSpec("forward", 0.140, 480.0),
-        PhaseSpec("backward", 0.220, 600.0),
-        PhaseSpec("opt", 0.0006, 430.0),
-        PhaseSpec("ema", 0.0005, 520.0),
-    ]
-    run = simulate_training(phases, 120, span_noise_s=50e-6, seed=0)
-    samples = run.samples_frame()
-    tl = build_timeline(run.spans_frame(), samples["t_s"].min(), samples["t_s"].max())
-    reg = attribute_regression(samples, tl, "gpu0")
-    truth = exact_truth(run, set(tl.analysed_steps))
+    reg, truth = _short_pair_after_backward(0.0006, 0.0005)
     by = {p.phase: p for p in reg.phases}
     assert not by["opt"].resolved and "absorbs a neighbour" in by["opt"].note
     assert not by["ema"].resolved
@@ -211,17 +215,7 @@ def test_short_back_to_back_phases_are_resolved_by_their_readings_own_brackets()
     # The 4 ms + 3 ms pair that a grid-placed fit could not split (its power readings placed on
     # the power fields' jittery grid): each reading placed within the two reads between which
     # its value appeared, both phases come out, each truth inside its interval.
-    phases = [
-        PhaseSpec("forward", 0.140, 480.0),
-        PhaseSpec("backward", 0.220, 600.0),
-        PhaseSpec("opt", 0.004, 430.0),
-        PhaseSpec("ema", 0.003, 520.0),
-    ]
-    run = simulate_training(phases, 120, span_noise_s=50e-6, seed=0)
-    samples = run.samples_frame()
-    tl = build_timeline(run.spans_frame(), samples["t_s"].min(), samples["t_s"].max())
-    reg = attribute_regression(samples, tl, "gpu0")
-    truth = exact_truth(run, set(tl.analysed_steps))
+    reg, truth = _short_pair_after_backward(0.004, 0.003)
     for name in ("opt", "ema"):
         p = reg.phase(name)
         assert p.resolved and p.energy_lo_j <= truth[name] <= p.energy_hi_j, p

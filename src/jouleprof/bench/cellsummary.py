@@ -150,23 +150,20 @@ def cell_figures(rd: RunDir) -> dict[str, Figure]:
             "the phase recorder's own host time per step (sampled boundaries and step ends) "
             "over the step time: what it can add to a step the host paces",
         )
-    ov = rec.extra.get("overhead")
-    if ov and ov.get("overhead_pct") is not None:
-        out["fine_overhead_pct"] = Figure.measured(
-            ov["overhead_pct"],
-            "%",
-            signal="interleaved blocks",
-            lo=ov.get("ci_lo_pct"),
-            hi=ov.get("ci_hi_pct"),
-        )
-    if ov and ov.get("median_pct") is not None:
-        out["fine_overhead_median_pct"] = Figure.measured(
-            ov["median_pct"],
-            "%",
-            signal="interleaved blocks, median pair",
-            lo=ov.get("median_ci_lo_pct"),
-            hi=ov.get("median_ci_hi_pct"),
-        )
+    ov = rec.extra.get("overhead") or {}
+    # The geometric mean over pairs, and the median pair (robust to pairs a stall hit).
+    for key, value, lo, hi, signal in (
+        ("fine_overhead_pct", "overhead_pct", "ci_lo_pct", "ci_hi_pct", "interleaved blocks"),
+        (
+            "fine_overhead_median_pct",
+            "median_pct",
+            "median_ci_lo_pct",
+            "median_ci_hi_pct",
+            "interleaved blocks, median pair",
+        ),
+    ):
+        if ov.get(value) is not None:
+            out[key] = Figure.measured(ov[value], "%", signal=signal, lo=ov.get(lo), hi=ov.get(hi))
     return out
 
 
