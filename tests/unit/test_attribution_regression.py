@@ -219,3 +219,36 @@ def test_short_back_to_back_phases_are_resolved_by_their_readings_own_brackets()
     for name in ("opt", "ema"):
         p = reg.phase(name)
         assert p.resolved and p.energy_lo_j <= truth[name] <= p.energy_hi_j, p
+
+
+def test_a_boxcar_cut_in_two_boxes_is_the_same_kernel():
+    # The kernel path (instant rows as weighted boxes) agrees with the plain window exactly
+    # when the boxes make up the same boxcar; another kernel changes the fit.
+    from jouleprof.attribution.regression import RegressionConfig
+
+    run = simulate_training(PHASES, 150, span_noise_s=50e-6, seed=4)
+    samples = run.samples_frame()
+    tl = build_timeline(run.spans_frame(), samples["t_s"].min(), samples["t_s"].max())
+    plain = attribute_regression(samples, tl, "gpu0")
+    halves = attribute_regression(
+        samples, tl, "gpu0", RegressionConfig(instant_kernel=((1.0, 0.5, 0.5), (0.5, 0.0, 0.5)))
+    )
+    front = attribute_regression(
+        samples, tl, "gpu0", RegressionConfig(instant_kernel=((1.0, 0.5, 0.9), (0.5, 0.0, 0.1)))
+    )
+    for name in LONG:
+        assert halves.phase(name).energy_j == pytest.approx(plain.phase(name).energy_j, rel=1e-6)
+    assert any(
+        front.phase(n).energy_j != pytest.approx(plain.phase(n).energy_j, rel=1e-4) for n in LONG
+    )
+
+
+@pytest.mark.parametrize(
+    "kernel",
+    [(), ((0.5, 1.0, 1.0),), ((1.0, 0.0, 0.7),), ((1.0, 0.0),), ((1.0, -0.1, 1.0),)],
+)
+def test_a_kernel_that_is_not_boxes_summing_to_one_is_refused(kernel):
+    from jouleprof.attribution.regression import RegressionConfig
+
+    with pytest.raises(ValueError, match="instant_kernel"):
+        RegressionConfig(instant_kernel=kernel)

@@ -60,6 +60,8 @@ class Placement:
     whose own reads place it better uses its own (`SensorRows.row_sigma_s`)."""
     u: np.ndarray
     """Each row's position in the run, -1 … 1 (the drift terms multiply it)."""
+    kernel: tuple[tuple[float, float, float], ...] = ((1.0, 0.0, 1.0),)
+    """The instant field's weighting of its window (`RegressionConfig.instant_kernel`)."""
 
     def placed(self, theta: np.ndarray) -> SensorRows:
         r = self.rows
@@ -74,8 +76,17 @@ class Placement:
         """Expected fraction of each row's interval that each fitted label covers."""
         sig = self.sigma_s if sigma_s is None else np.maximum(sigma_s, 0.0)
         r = self.placed(theta)
-        ov = self.timeline.overlap_s(r.t0_s, r.t1_s, r.row_sigma_s(sig))
-        return ov[:, self.cols] / r.duration_s[:, None]
+        row_sig = r.row_sigma_s(sig)
+        frac = self.timeline.overlap_s(r.t0_s, r.t1_s, row_sig) / r.duration_s[:, None]
+        if self.kernel != ((1.0, 0.0, 1.0),):
+            # Instant rows: the kernel's boxes, each a share of the (fitted) window.
+            m = r.kind == INSTANT
+            t1, window, s = r.t1_s[m], r.duration_s[m], row_sig[m]
+            frac[m] = 0.0
+            for start, end, weight in self.kernel:
+                a, b = t1 - start * window, t1 - end * window
+                frac[m] += weight * self.timeline.overlap_s(a, b, s) / (b - a)[:, None]
+        return frac[:, self.cols]
 
     def target(self, theta: np.ndarray) -> np.ndarray:
         """Each row's mean power with the power readings' gain taken out (W)."""

@@ -103,6 +103,11 @@ class RegressionConfig:
     """Refine the refresh grid's position and drift from the power data."""
     fit_instant_window: bool = True
     """Also refine the instant field's window from the data (instant_window_s is its prior)."""
+    instant_kernel: tuple[tuple[float, float, float], ...] = ((1.0, 0.0, 1.0),)
+    """How the instant field weighs the power before its refresh, as boxes (start, end,
+    weight): each box spans from start × window to end × window before the refresh, weights
+    summing to 1. The default is a plain boxcar over the window; an exponential or triangular
+    filter is a few boxes (benchmarks/instant_kernel.py compares them on a run)."""
     n_boot: int = 300
     """Bootstrap resamples for the confidence interval (≥ 200)."""
     block_s: float = 1.5
@@ -132,6 +137,7 @@ class RegressionConfig:
         ):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be ≥ 0, got {getattr(self, name)}")
+        check_kernel(self.instant_kernel)
         if self.n_boot < 200:
             raise ValueError(f"n_boot must be ≥ 200, got {self.n_boot}")
         if not 0.5 < self.confidence < 1:
@@ -155,6 +161,22 @@ class _Fit:
     power: np.ndarray
     half_s: float
     center_s: float
+
+
+def check_kernel(kernel) -> None:
+    """ValueError unless `kernel` is boxes (start, end, weight), start > end ≥ 0, weights ≥ 0
+    summing to 1."""
+    boxes = [tuple(b) for b in kernel]
+    ok = (
+        bool(boxes)
+        and all(len(b) == 3 and b[0] > b[1] >= 0 and b[2] >= 0 for b in boxes)
+        and abs(sum(b[2] for b in boxes) - 1.0) < 1e-6
+    )
+    if not ok:
+        raise ValueError(
+            f"instant_kernel must be boxes (start, end, weight) with start > end ≥ 0 (in "
+            f"windows before the refresh) and weights summing to 1, got {kernel!r}"
+        )
 
 
 def _fit_pass(dev, timeline: Timeline, jc: JitterGrid, jp: JitterGrid, cfg: RegressionConfig):
@@ -187,7 +209,9 @@ def _fit_pass(dev, timeline: Timeline, jc: JitterGrid, jp: JitterGrid, cfg: Regr
     mid = rows.mid_s
     half = max(0.5 * float(mid[-1] - mid[0]), 1e-9)
     center = 0.5 * float(mid[-1] + mid[0])
-    pl = Placement(timeline, rows, cols, sigma, np.clip((mid - center) / half, -1, 1))
+    pl = Placement(
+        timeline, rows, cols, sigma, np.clip((mid - center) / half, -1, 1), cfg.instant_kernel
+    )
     kind_w = np.array([cfg.counter_weight, cfg.instant_weight, cfg.average_weight])
 
     # Fit, reweigh, refine where the rows sit in time, reweigh there, fit again.
@@ -336,6 +360,7 @@ def attribute_regression(
         "block_rows": block,
         "confidence": cfg.confidence,
         "instant_window_s": cfg.instant_window_s,
+        "instant_kernel": [list(b) for b in cfg.instant_kernel],
         "refresh": {name: g.to_json() for name, g in grids.items()},
         "placement": {
             name: {"value": float(theta[i]), "sd": float(np.sqrt(theta_cov[i, i]))}
