@@ -25,27 +25,16 @@ import numpy as np
 
 from jouleprof.attribution.common import EXCLUDED, build_timeline
 from jouleprof.attribution.grid import device_grids
+from jouleprof.attribution.kernels import parse_kernel
 from jouleprof.attribution.placement import fit_powers
 from jouleprof.attribution.rows import COUNTER, INSTANT, sensor_rows
 from jouleprof.store.rundir import RunDir
 
 KERNELS: dict[str, list[tuple[float, float, float]]] = {}
 """name → [(start before refresh s, end before refresh s, weight)] boxes summing to weight 1."""
-for w_ms in (15, 25, 37, 50):
-    KERNELS[f"box{w_ms}"] = [(w_ms / 1e3, 0.0, 1.0)]
-for tau_ms in (10, 20, 30):
-    tau = tau_ms / 1e3
-    edges = np.linspace(0.0, 5 * tau, 11)
-    wts = np.exp(-edges[:-1] / tau) - np.exp(-edges[1:] / tau)
-    wts /= wts.sum()
-    KERNELS[f"exp{tau_ms}"] = [
-        (b, a, w) for a, b, w in zip(edges[:-1], edges[1:], wts, strict=True)
-    ]
-edges = np.linspace(0.0, 0.06, 7)
-tri = 0.06 - 0.5 * (edges[:-1] + edges[1:])
-KERNELS["tri60"] = [
-    (b, a, w) for a, b, w in zip(edges[:-1], edges[1:], tri / tri.sum(), strict=True)
-]
+for _spec in ("box:15", "box:25", "box:37", "box:50", "exp:10", "exp:20", "exp:30", "tri:60"):
+    _window, _boxes = parse_kernel(_spec)
+    KERNELS[_spec.replace(":", "")] = [(a * _window, b * _window, w) for a, b, w in _boxes]
 
 
 def _design(timeline, t_ref, boxes, sigma):

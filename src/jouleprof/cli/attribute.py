@@ -90,6 +90,13 @@ def attribute_cmd(
     instant_window_s: Annotated[
         float, typer.Option(help="Regression: window the instant power field averages, s.")
     ] = 0.025,
+    instant_kernel: Annotated[
+        str | None,
+        typer.Option(
+            help="Regression: the instant field's averaging kernel, box:MS, exp:MS (time "
+            "constant) or tri:MS (sets the window too; default a boxcar of --instant-window-s)."
+        ),
+    ] = None,
     gap_tolerance_s: Annotated[
         float, typer.Option(help="Gaps/overlaps between spans up to this long are noise, s.")
     ] = 0.5e-3,
@@ -103,6 +110,14 @@ def attribute_cmd(
     opts: dict[str, Any] = {"gap_tolerance_s": gap_tolerance_s}
     if method == "regression":
         opts.update(confidence=confidence, n_boot=n_boot, instant_window_s=instant_window_s)
+        if instant_kernel is not None:
+            from jouleprof.attribution.kernels import parse_kernel
+
+            try:
+                window_s, boxes = parse_kernel(instant_kernel)
+            except ValueError as e:
+                fail(str(e))
+            opts.update(instant_window_s=window_s, instant_kernel=boxes)
     if json_out:
         result = attribute(run_dir, method, device, warmup_steps, **opts)
     else:
