@@ -79,6 +79,7 @@ def test_measure_without_any_sensor_still_times_and_says_why(tmp_path):
 
 def test_ctrl_c_stops_the_command_and_keeps_a_readable_run(tmp_path):
     out = tmp_path / "run"
+    started = tmp_path / "started"  # the command's first act: Ctrl-C then hits it running
     p = subprocess.Popen(
         [
             *JP,
@@ -92,15 +93,15 @@ def test_ctrl_c_stops_the_command_and_keeps_a_readable_run(tmp_path):
             "--",
             sys.executable,
             "-c",
-            "import time; time.sleep(60)",
+            f"import time; open({str(started)!r}, 'w').close(); time.sleep(60)",
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
     )
-    deadline = time.time() + 30
-    while not (out / "samples.csv").exists() and time.time() < deadline:
+    deadline = time.time() + 60
+    while not started.exists() and time.time() < deadline:
         time.sleep(0.1)
     time.sleep(1.0)
     os.killpg(p.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole group

@@ -124,6 +124,7 @@ def measure_cmd(
     )
     code = 0
     interrupted = False
+    m = None
     try:
         with measure(out, cfg, run_config={"command": cmd}) as m:
             for n in m.unavailable_notes:
@@ -135,6 +136,9 @@ def measure_cmd(
         code = 130
     except JouleprofError as e:
         fail(str(e))
+    if m is None:  # Ctrl-C before the measurement had begun: nothing was run or measured
+        note("interrupted before the command started: nothing was measured")
+        raise typer.Exit(code)
     if json_out:
         import json
 
