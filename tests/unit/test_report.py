@@ -139,6 +139,7 @@ def make_study(root: Path, reps: int = 2, sim_cells: bool = True) -> Path:
                     vals["mfu_pct"] = 10.0 * bs
                 if mode == "fine":
                     vals["fine_overhead_pct"] = 0.3 + d
+                    vals["recorder_host_pct"] = 0.25
                 if mode == "fine" and rep == 0 and sim_cells:
                     write_sim_cell(cdir, bs)
                 else:
@@ -276,6 +277,8 @@ def test_spread_and_overhead_numbers(study_dir, study_report):
     fine = ov[(ov["mode"] == "fine") & ov["comparison"].str.contains("interleaved")]
     assert fine["overhead_pct"].dropna().tolist() == pytest.approx([0.3, 0.3, 0.3])
     assert (fine.loc[fine["batch_size"] == 8, "reason"] == "out of memory in 2 of 2 cells").all()
+    host = ov[ov["comparison"].str.contains("host time")]
+    assert host["overhead_pct"].tolist() == pytest.approx([0.25] * 3)  # batch 1, 2, 4: fine ran
 
 
 def test_study_with_only_failed_cells_still_reports(tmp_path):
