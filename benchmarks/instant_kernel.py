@@ -26,23 +26,13 @@ import numpy as np
 from jouleprof.attribution.common import EXCLUDED, build_timeline
 from jouleprof.attribution.grid import device_grids
 from jouleprof.attribution.kernels import parse_kernel
-from jouleprof.attribution.placement import fit_powers
+from jouleprof.attribution.placement import fit_powers, kernel_fractions
 from jouleprof.attribution.rows import COUNTER, INSTANT, sensor_rows
 from jouleprof.store.rundir import RunDir
 
-KERNELS: dict[str, list[tuple[float, float, float]]] = {}
-"""name → [(start before refresh s, end before refresh s, weight)] boxes summing to weight 1."""
-for _spec in ("box:15", "box:25", "box:37", "box:50", "exp:10", "exp:20", "exp:30", "tri:60"):
-    _window, _boxes = parse_kernel(_spec)
-    KERNELS[_spec.replace(":", "")] = [(a * _window, b * _window, w) for a, b, w in _boxes]
-
-
-def _design(timeline, t_ref, boxes, sigma):
-    x = np.zeros((len(t_ref), len(timeline.names)))
-    for start, end, w in boxes:
-        t0, t1 = t_ref - start, t_ref - end
-        x += w * timeline.overlap_s(t0, t1, sigma) / (t1 - t0)[:, None]
-    return x
+SPECS = ("box:15", "box:25", "box:37", "box:50", "exp:10", "exp:20", "exp:30", "tri:60")
+KERNELS = {spec.replace(":", ""): parse_kernel(spec) for spec in SPECS}
+"""name → (window in seconds, boxes in units of the window), as the regression takes them."""
 
 
 def fit_kernels(run: Path) -> dict:
@@ -69,8 +59,8 @@ def fit_kernels(run: Path) -> dict:
     sig = rows.row_sigma_s(np.array([jc.jitter_s, jp.jitter_s, jp.jitter_s]))
     xc = tl.overlap_s(rows.t0_s[c], rows.t1_s[c], sig[c]) / rows.duration_s[c][:, None]
     out = {}
-    for name, boxes in KERNELS.items():
-        xi = _design(tl, rows.t1_s[i], boxes, sig[i])
+    for name, (window_s, boxes) in KERNELS.items():
+        xi = kernel_fractions(tl, rows.t1_s[i], window_s, boxes, sig[i])
         x = np.vstack([xc, xi])[:, cols]
         y = np.concatenate([rows.power_w[c], rows.power_w[i]])
         w = np.ones(len(y))

@@ -28,6 +28,7 @@ import numpy as np
 from scipy.optimize import nnls
 
 from jouleprof.attribution.common import Timeline
+from jouleprof.attribution.kernels import BOXCAR, Boxes
 from jouleprof.attribution.rows import COUNTER, INSTANT, SensorRows, jitter_variance_w2
 
 PARAMS: tuple[str, ...] = (
@@ -40,6 +41,18 @@ PARAMS: tuple[str, ...] = (
 )
 _MIN_ROW_VAR_W2 = 0.01  # floor on a row's noise variance: no row is trusted beyond 0.1 W
 _STEP_S = 20e-6  # finite-difference step of the Jacobian
+
+
+def kernel_fractions(
+    timeline: Timeline, t_ref_s: np.ndarray, window_s, kernel: Boxes, sigma_s
+) -> np.ndarray:
+    """For readings at refresh instants `t_ref_s` of a field that weighs its `window_s` by
+    `kernel`: the share of each reading that each label of `timeline.names` makes up."""
+    out = np.zeros((len(t_ref_s), len(timeline.names)))
+    for start, end, weight in kernel:
+        a, b = t_ref_s - start * window_s, t_ref_s - end * window_s
+        out += weight * timeline.overlap_s(a, b, sigma_s) / (b - a)[:, None]
+    return out
 
 
 def fit_powers(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -60,7 +73,7 @@ class Placement:
     whose own reads place it better uses its own (`SensorRows.row_sigma_s`)."""
     u: np.ndarray
     """Each row's position in the run, -1 … 1 (the drift terms multiply it)."""
-    kernel: tuple[tuple[float, float, float], ...] = ((1.0, 0.0, 1.0),)
+    kernel: Boxes = BOXCAR
     """The instant field's weighting of its window (`RegressionConfig.instant_kernel`)."""
 
     def placed(self, theta: np.ndarray) -> SensorRows:
@@ -78,14 +91,12 @@ class Placement:
         r = self.placed(theta)
         row_sig = r.row_sigma_s(sig)
         frac = self.timeline.overlap_s(r.t0_s, r.t1_s, row_sig) / r.duration_s[:, None]
-        if self.kernel != ((1.0, 0.0, 1.0),):
+        if self.kernel != BOXCAR:
             # Instant rows: the kernel's boxes, each a share of the (fitted) window.
             m = r.kind == INSTANT
-            t1, window, s = r.t1_s[m], r.duration_s[m], row_sig[m]
-            frac[m] = 0.0
-            for start, end, weight in self.kernel:
-                a, b = t1 - start * window, t1 - end * window
-                frac[m] += weight * self.timeline.overlap_s(a, b, s) / (b - a)[:, None]
+            frac[m] = kernel_fractions(
+                self.timeline, r.t1_s[m], r.duration_s[m], self.kernel, row_sig[m]
+            )
         return frac[:, self.cols]
 
     def target(self, theta: np.ndarray) -> np.ndarray:

@@ -64,6 +64,7 @@ from scipy.stats import norm
 from jouleprof.attribution.bootstrap import block_bootstrap
 from jouleprof.attribution.common import EXCLUDED, IDLE, Timeline
 from jouleprof.attribution.grid import JitterGrid, device_grids
+from jouleprof.attribution.kernels import BOXCAR, Boxes
 from jouleprof.attribution.placement import PARAMS, Placement, fit_powers, refine, row_weights
 from jouleprof.attribution.result import DeviceAttribution, PhaseResult, pct_text, unresolved
 from jouleprof.attribution.rows import AVERAGE, COUNTER, INSTANT, KIND_NAMES, sensor_rows
@@ -103,7 +104,7 @@ class RegressionConfig:
     """Refine the refresh grid's position and drift from the power data."""
     fit_instant_window: bool = True
     """Also refine the instant field's window from the data (instant_window_s is its prior)."""
-    instant_kernel: tuple[tuple[float, float, float], ...] = ((1.0, 0.0, 1.0),)
+    instant_kernel: Boxes = BOXCAR
     """How the instant field weighs the power before its refresh, as boxes (start, end,
     weight): each box spans from start × window to end × window before the refresh, weights
     summing to 1. The default is a plain boxcar over the window; an exponential or triangular
