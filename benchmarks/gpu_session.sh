@@ -10,6 +10,8 @@
 #                                          (attr then shares the host with a study cell: use `alone` for its figures)
 #   bash benchmarks/gpu_session.sh cells   # fresh cells (default batch 8 and 64, 1 rep): where a cell's time goes
 #   bash benchmarks/gpu_session.sh options # each training option alone (checkpointing, AdamW kernel, accumulation, workers, compile)
+#   bash benchmarks/gpu_session.sh probe   # instant-power kernel, NVML read costs, NVML tests, sampler cost,
+#                                          then compile alone (recompiles logged)
 #   bash benchmarks/gpu_session.sh study   # the batch-size × mode study until DEADLINE_S; resumable
 # DEADLINE_S (default 540): seconds after the call's start by which the study starts no new cell
 # (less the longest cell, RESERVE_S); the study resumes in the next call.
@@ -51,6 +53,12 @@ attr() {
 replay() {
   python3 benchmarks/replay_fidelity.py --out "$OUT/replay_fidelity.json" --preset "${PRESET:-vit_huge}" \
       --batch-size "${BATCH:-8}" --n "${REPLAY_N:-30}" 2>&1 | grep -v -i warn | tail -6
+}
+kernel_probe() {
+  rm -rf /tmp/kernel_probe
+  python3 benchmarks/kernel_probe.py --out /tmp/kernel_probe --seconds "${PROBE_S:-20}" 2>&1 | tail -2
+  python3 benchmarks/instant_kernel.py /tmp/kernel_probe --json /tmp/kernel_probe/kernels.json 2>&1 | tail -9
+  tar czf "$OUT/kernel_probe.tar.gz" -C /tmp kernel_probe
 }
 study() {
   # STUDY_NAME (default study): the folder under /tmp and the tarball's name; only "study"
@@ -103,10 +111,7 @@ case "${1:-}" in
     stamp alone
     attr; echo "--- $(elapsed) s"
     replay; echo "--- $(elapsed) s"
-    rm -rf /tmp/kernel_probe
-    python3 benchmarks/kernel_probe.py --out /tmp/kernel_probe --seconds "${PROBE_S:-20}" 2>&1 | tail -2
-    python3 benchmarks/instant_kernel.py /tmp/kernel_probe --json /tmp/kernel_probe/kernels.json 2>&1 | tail -9
-    tar czf "$OUT/kernel_probe.tar.gz" -C /tmp kernel_probe; echo "--- $(elapsed) s"
+    kernel_probe; echo "--- $(elapsed) s"
     sampler; echo "--- $(elapsed) s"
     gpu_tests ;;
   cells)
@@ -120,8 +125,21 @@ case "${1:-}" in
     python3 benchmarks/options.py --out /tmp/options --preset "${PRESET:-vit_huge}" --batch-size "${BATCH:-8}" \
         --duration-s "${OPT_S:-10}" --budget-s "${OPT_BUDGET_S:-420}" 2>&1 | grep -v -i warn | tail -12
     tar czf "$OUT/options.tar.gz" -C /tmp options ;;
+  probe)
+    # The instant field's averaging kernel, what each NVML read and wake-up costs the host,
+    # then torch.compile alone with its recompilations logged (~8 min).
+    stamp probe
+    kernel_probe; echo "--- $(elapsed) s"
+    python3 benchmarks/nvml_read_cost.py --out "$OUT/nvml_read_cost.json" 2>&1 | grep -v -i warn | tail -12
+    echo "--- $(elapsed) s"
+    python3 -m pytest tests/gpu/test_nvml.py -q -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests_nvml.txt" | tail -3
+    SAMPLER_S=${SAMPLER_S:-8} sampler; echo "--- $(elapsed) s"
+    TORCH_LOGS=recompiles python3 benchmarks/options.py --out /tmp/options_compile --preset "${PRESET:-vit_huge}" \
+        --batch-size "${BATCH:-8}" --duration-s "${OPT_S:-20}" --only compile \
+        --timeout-s $(( ${DEADLINE_S:-560} - $(elapsed) )) 2>&1 | grep -v -i warn | tail -4
+    tar czf "$OUT/options_compile.tar.gz" -C /tmp options_compile ;;
   attr) stamp attr; attr ;;
   study) stamp study; study ;;
-  *) echo "usage: $0 core|first|par|alone|replay|cells|options|diag|attr|study" >&2; exit 2 ;;
+  *) echo "usage: $0 core|first|par|alone|replay|cells|options|probe|diag|attr|study" >&2; exit 2 ;;
 esac
 echo "=== done in $(elapsed) s"

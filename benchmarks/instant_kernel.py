@@ -39,7 +39,8 @@ def fit_kernels(run: Path) -> dict:
     rd = RunDir(run)
     samples = rd.read_samples()
     spans = rd.read_spans()
-    device = "gpu0"
+    devices = sorted(set(samples["device"]))
+    device = "gpu0" if "gpu0" in devices else devices[0]  # sim0: a kernel_probe --cpu-dry-run
     dev = samples[samples["device"] == device]
     tl = build_timeline(spans, float(dev["t_s"].min()), float(dev["t_s"].max()), warmup_steps=0)
     grids, _ = device_grids(samples, dev)
@@ -91,13 +92,12 @@ def main() -> None:
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
     out = fit_kernels(a.run)
-    show = ("forward/target", "forward/context", "backward", "optimizer", "ema")
     for name, r in sorted(out.items(), key=lambda kv: kv[1]["instant_residual_w"]):
-        e = r["energy_per_step_j"]
+        # Every phase of the run (V-JEPA2's five, or the probe's busy and gap), by power.
         print(
             f"{name:7s} instant residual {r['instant_residual_w']:6.1f} W  counter "
             f"{r['counter_residual_w']:5.1f} W  "
-            + "  ".join(f"{k.split('/')[-1]} {e.get(k, float('nan')):.2f}" for k in show)
+            + "  ".join(f"{k.split('/')[-1]} {w:.0f} W" for k, w in r["power_w"].items())
         )
     if a.json:
         a.json.write_text(json.dumps({"run": str(a.run), "kernels": out}, indent=1))

@@ -31,23 +31,33 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=20.0)
     ap.add_argument("--n", type=int, default=8192, help="matmul size")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--cpu-dry-run",
+        action="store_true",
+        help="no GPU: matmuls on the CPU, a simulated GPU sensor (checks the script, not a kernel)",
+    )
     a = ap.parse_args()
-    if not torch.cuda.is_available():
-        raise SystemExit("kernel_probe needs a CUDA GPU")
+    if not a.cpu_dry_run and not torch.cuda.is_available():
+        raise SystemExit("kernel_probe needs a CUDA GPU (or --cpu-dry-run to check the script)")
+    dev = "cpu" if a.cpu_dry_run else "cuda"
+    sync = (lambda: None) if a.cpu_dry_run else torch.cuda.synchronize
+    where = (
+        {"gpus": (), "simulate_gpu_w": 300.0, "idle_s": 0.2} if a.cpu_dry_run else {"gpus": (0,)}
+    )
     rng = random.Random(a.seed)
-    x = torch.randn(a.n, a.n, device="cuda", dtype=torch.bfloat16)
-    y = torch.randn(a.n, a.n, device="cuda", dtype=torch.bfloat16)
+    x = torch.randn(a.n, a.n, device=dev, dtype=torch.bfloat16)
+    y = torch.randn(a.n, a.n, device=dev, dtype=torch.bfloat16)
     z = torch.empty_like(x)
     for _ in range(10):
         torch.matmul(x, y, out=z)
-    torch.cuda.synchronize()
+    sync()
     t = time.perf_counter()
     for _ in range(20):
         torch.matmul(x, y, out=z)
-    torch.cuda.synchronize()
+    sync()
     per_mm_s = (time.perf_counter() - t) / 20
     with measure(
-        a.out, gpus=(0,), interval_s=0.005, counter_interval_s=0.1, kind="kernel_probe"
+        a.out, interval_s=0.005, counter_interval_s=0.1, kind="kernel_probe", **where
     ) as m:
         rec = PhaseRecorder(m.clock, m.span_writer(), record=m.record)
         m.record.extra["matmul_s"] = per_mm_s
@@ -57,7 +67,7 @@ def main() -> None:
             with rec.step(), rec.phase("busy"):
                 for _ in range(max(1, round(busy_s / per_mm_s))):
                     torch.matmul(x, y, out=z)
-            torch.cuda.synchronize()  # the GPU really idles during the gap
+            sync()  # the GPU really idles during the gap
             time.sleep(idle_s)
         rec.close()
     print(f"run directory: {a.out} (matmul {per_mm_s * 1e3:.2f} ms)")

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -66,13 +67,33 @@ def run_option(name: str, extra: list[str], args: argparse.Namespace) -> dict:
     if "--num-workers" not in extra:
         cmd += ["--num-workers", str(args.workers)]
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd + extra, capture_output=True, text=True)
+    proc = subprocess.Popen(cmd + extra, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    timed_out = False
+    try:
+        stdout, stderr = proc.communicate(timeout=args.timeout_s)
+    except subprocess.TimeoutExpired:
+        # Ctrl-C, so that the run directory is closed and readable, then whatever it printed.
+        timed_out = True
+        proc.send_signal(signal.SIGINT)
+        try:
+            stdout, stderr = proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            stdout, stderr = proc.communicate()
     row: dict = {"option": name, "args": " ".join(extra), "wall_s": time.perf_counter() - t0}
-    (args.out / f"{name}.log").write_text(proc.stdout[-20000:] + proc.stderr[-20000:])
-    if proc.returncode != 0 or not (out / "run.json").is_file():
-        row["error"] = (proc.stderr.strip().splitlines() or ["no output"])[-1][:300]
+    # TORCH_LOGS=recompiles output (why torch.compile compiled again) lands in stderr: keep it.
+    (args.out / f"{name}.log").write_text(stdout[-20000:] + stderr[-200000:])
+    if timed_out:
+        row["error"] = f"stopped after --timeout-s {args.timeout_s:g} s"
         return row
-    summary = json.loads((out / "run.json").read_text())["summary"]
+    if proc.returncode != 0 or not (out / "run.json").is_file():
+        row["error"] = (stderr.strip().splitlines() or ["no output"])[-1][:300]
+        return row
+    record = json.loads((out / "run.json").read_text())
+    graphs = record.get("extra", {}).get("compiled_graphs") or {}
+    row["compiled_graphs_warmup"] = graphs.get("warmup")
+    row["compiled_graphs_measured"] = graphs.get("measured")
+    summary = record["summary"]
     for key in FIGURES:
         fig = summary.get(key) or {}
         row[key] = fig.get("value")
@@ -99,6 +120,9 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=12)
     ap.add_argument("--only", default=",".join(OPTIONS), help="comma-separated option names")
     ap.add_argument("--budget-s", type=float, default=float("inf"))
+    ap.add_argument(
+        "--timeout-s", type=float, default=None, help="stop one option's run after this long"
+    )
     args = ap.parse_args()
     names = [n for n in args.only.split(",") if n]
     unknown = [n for n in names if n not in OPTIONS]

@@ -13,7 +13,7 @@ __version__ = "0.1.0"
 __all__ = ["__version__", "measure", "Sampler", "PhaseRecorder"]
 
 if TYPE_CHECKING:  # pragma: no cover
-    from jouleprof.measure import measure
+    from jouleprof.measurement import measure
     from jouleprof.sensors.sampler import Sampler
     from jouleprof.timeline.recorder import PhaseRecorder
 
@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # pragma: no cover
 def __getattr__(name: str) -> Any:
     # Lazy so that `import jouleprof` (and `jouleprof --help`) stays light.
     if name == "measure":
-        from jouleprof.measure import measure
+        from jouleprof.measurement import measure
 
         return measure
     if name == "Sampler":

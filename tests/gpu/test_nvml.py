@@ -121,3 +121,18 @@ def test_closed_sensor_raises() -> None:
     s.close()
     with pytest.raises(SensorError, match="closed"):
         s.read("gpu0", counter=False)
+
+
+def test_the_preallocated_instant_reader_agrees_with_pynvmls_call(sensor):
+    import pynvml
+
+    from jouleprof.sensors.nvml import POWER_INSTANT_FIELD, decode_field_value, instant_field_reader
+
+    h = sensor.handle(sensor.devices[0])
+    read = instant_field_reader(pynvml, h)
+    for _ in range(5):
+        fast = read()
+        slow = decode_field_value(pynvml.nvmlDeviceGetFieldValues(h, [POWER_INSTANT_FIELD])[0])
+        assert fast is not None and slow is not None
+        assert fast == pytest.approx(slow, rel=0.15)  # mW, read a few µs apart
+        time.sleep(0.05)

@@ -227,7 +227,7 @@ def test_auto_phases_on_cuda_orders_forward_backward_optimizer():
 
 
 def test_recorder_inside_measure_writes_spans_on_the_samples_clock(tmp_path):
-    from jouleprof.measure import measure
+    from jouleprof.measurement import measure
 
     x = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
     with measure(tmp_path / "run", idle_s=0.0) as m:

@@ -11,7 +11,7 @@ from jouleprof import hardware
 from jouleprof.bench.cellsummary import _described_gpu_count, _peak_flops
 from jouleprof.bench.modes import Mode
 from jouleprof.hardware import NO_GPU_MEASURED, hardware_record, missing
-from jouleprof.measure import MeasureConfig, measure
+from jouleprof.measurement import MeasureConfig, measure
 
 
 def test_described_gpus_default_to_the_measured_ones():

@@ -159,3 +159,57 @@ def test_segment_edges_densify_the_counter_only_where_a_sampler_reads_devices():
     train._dense_edge(SimpleNamespace(sampler=sampler(["gpu0"])))
     train._dense_edge(SimpleNamespace(sampler=sampler([])))  # baseline: nothing sampled
     assert calls == [train.EDGE_DENSE_S]
+
+
+class _RecompilingWorkload(VJepa2Workload):
+    """A session that says it compiles: one graph per new batch, the last in the measured part."""
+
+    name = "recompiles"
+
+    def session(self, config, marker, data):
+        s = super().session(config, marker, data)
+        s.warmup_on_real_batches = True
+        seen = {"graphs": 0, "fixed_steps": 0, "steps": 0}
+        step = s.step
+
+        def counting_step(sync, fixed=False):
+            seen["steps"] += 1
+            seen["fixed_steps"] += bool(fixed)
+            if not fixed:
+                seen["graphs"] += 1  # "a new shape"
+            return step(sync, fixed)
+
+        s.step = counting_step
+        s.compiled_graphs = lambda: seen["graphs"]
+        s.seen = seen
+        _RecompilingWorkload.last = s
+        return s
+
+
+def test_a_compiled_session_warms_up_on_real_batches_and_recompiles_are_said(tmp_path):
+    workloads.register("recompiles", _RecompilingWorkload)
+    out = tmp_path / "rc"
+    run_cell(
+        CellConfig(
+            workload="recompiles",
+            preset="tiny",
+            mode="e2e",
+            steps=2,
+            overrides={"num_workers": 0},
+        ),
+        out,
+    )
+    rec = RunDir(out).read_record()
+    seen = _RecompilingWorkload.last.seen
+    assert seen["fixed_steps"] == 0  # no replayed batch in warm-up or measured part
+    warm = rec.extra["warmup_steps"]
+    assert rec.extra["compiled_graphs"] == {"warmup": warm, "measured": 2}
+    assert any("compiled 2 graph(s) during the measured segment" in n for n in rec.notes)
+
+
+def test_an_uncompiled_session_records_no_compile_figures(tmp_path):
+    out = tmp_path / "plain"
+    run_cell(CellConfig(preset="tiny", mode="e2e", steps=1, overrides={"num_workers": 0}), out)
+    rec = RunDir(out).read_record()
+    assert "compiled_graphs" not in rec.extra
+    assert not any("torch.compile" in n for n in rec.notes)

@@ -34,3 +34,28 @@ def test_a_square_load_singles_out_the_sensors_own_kernel(tmp_path):
     assert ranked[0] == "box25"
     assert fits[ranked[1]]["instant_residual_w"] > 1.2 * fits["box25"]["instant_residual_w"]
     assert abs(fits["box25"]["power_w"]["busy"] - 650.0) < 20.0
+
+
+def test_kernel_probe_script_runs_end_to_end_on_the_cpu(tmp_path):
+    # The GPU run once died on an import (`from jouleprof import measure` gave the module):
+    # the script's whole path, and instant_kernel.py on what it writes, run here first.
+    import subprocess
+    import sys
+
+    import pytest
+
+    pytest.importorskip("torch")
+    env = {"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin"}
+    out = tmp_path / "probe"
+    probe = [sys.executable, str(ROOT / "benchmarks" / "kernel_probe.py"), "--out", str(out)]
+    r = subprocess.run(
+        [*probe, "--seconds", "1", "--n", "64", "--cpu-dry-run"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr
+    fit = _instant_kernel().fit_kernels(out)
+    assert set(fit) == set(_instant_kernel().KERNELS)
+    assert all({"busy"} <= set(k["power_w"]) for k in fit.values())

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from jouleprof.bench.modes import Mode
 from jouleprof.errors import SensorUnavailable
-from jouleprof.measure import MeasureConfig, measure
+from jouleprof.measurement import MeasureConfig, measure
 from jouleprof.sensors import nvml
 from jouleprof.sensors.discover import open_sensors
 from jouleprof.sensors.nvml import (

@@ -78,7 +78,7 @@ class Mode(StrEnum):
             gpus: the GPUs the workload runs on (None: every visible GPU, or cannot say).
             interval_s: fine mode's sampling interval.
         """
-        from jouleprof.measure import MeasureConfig
+        from jouleprof.measurement import MeasureConfig
 
         gpus = tuple(gpus) if gpus is not None else None
         if self is Mode.FINE:

@@ -140,7 +140,7 @@ def run_cell(cfg: CellConfig, out: str | Path) -> Path:
     from jouleprof.bench import workloads
     from jouleprof.bench.cellsummary import finish_cell
     from jouleprof.bench.modes import require
-    from jouleprof.measure import measure
+    from jouleprof.measurement import measure
     from jouleprof.store.rundir import CsvAppender
 
     t_enter = time.perf_counter()
@@ -186,6 +186,28 @@ def run_cell(cfg: CellConfig, out: str | Path) -> Path:
         t_exit = time.perf_counter()
     finish_cell(out, timing_s={"close": round(time.perf_counter() - t_exit, 3)})
     return out
+
+
+def _compiled_graphs(session) -> int | None:
+    """Graphs torch.compile has compiled so far in this process (None: the workload compiles
+    nothing, or cannot say)."""
+    fn = getattr(session, "compiled_graphs", None)
+    return fn() if fn is not None else None
+
+
+def _record_compiles(rec, before: int | None, warmed: int | None, after: int | None) -> None:
+    """run.json extra["compiled_graphs"]: graphs compiled in the warm-up and in the measured
+    segment; a recompilation inside the segment is in its time and energy, and a note says so."""
+    if before is None or warmed is None or after is None:
+        return
+    measured = after - warmed
+    rec.extra["compiled_graphs"] = {"warmup": warmed - before, "measured": measured}
+    if measured > 0:
+        rec.notes.append(
+            f"torch.compile compiled {measured} graph(s) during the measured segment: their "
+            "compile time and energy are in its figures (a shape the warm-up did not see); "
+            "measure longer, or raise the warm-up's minimum steps"
+        )
 
 
 EDGE_DENSE_S = 1.0
@@ -252,8 +274,13 @@ def _segments(cfg: CellConfig, session, m, marker, recorder, steps_log: _StepLog
     marker.active = False
     times: list[float] = []
     wait0_s = getattr(session, "data_wait_s", None)
+    # A compiled workload warms up on real batches: replaying one batch shows torch.compile a
+    # single shape, and the first new one recompiled inside the measured segment (a 58 s step
+    # on the H200, benchmarks/results/options_vith_b8).
+    real_batches = bool(getattr(session, "warmup_on_real_batches", False))
+    graphs0 = _compiled_graphs(session)
     while not cfg.warmup.settled(times):
-        t = session.step(sync=True, fixed=bool(times))
+        t = session.step(sync=True, fixed=bool(times) and not real_batches)
         if not times:  # the first step: lazy CUDA set-up, allocation, and the first batch
             rec.extra["warmup_first_step"] = {
                 "s": round(t, 3),
@@ -263,6 +290,7 @@ def _segments(cfg: CellConfig, session, m, marker, recorder, steps_log: _StepLog
         steps_log.add("warmup", t, session.samples_per_step, False)
     rec.extra["warmup_steps"] = len(times)
     rec.extra["warmup_settled"] = len(times) < cfg.warmup.max_steps
+    graphs1 = _compiled_graphs(session)
     lap("warmup")
 
     # 2. the measured segment
@@ -302,6 +330,7 @@ def _segments(cfg: CellConfig, session, m, marker, recorder, steps_log: _StepLog
         "data_wait_s": None if wait0_s is None else session.data_wait_s - wait0_s,
     }
     lap("measured")
+    _record_compiles(rec, graphs0, graphs1, _compiled_graphs(session))
     if cc is not None:
         rec.extra["crosscheck"] = cc.to_json()
     if recorder is not None:

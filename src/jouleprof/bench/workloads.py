@@ -138,6 +138,17 @@ class _VJepa2Session:
         self.batches = self._keep_first(self._loader)
         self.fixed_batch = None  # the first batch drawn (on the host), replayed by fixed steps
         self.samples_per_step = config.samples_per_step
+        # Every batch's masks keep a different number of tokens: compiled graphs must see
+        # several during the warm-up, not one replayed batch.
+        self.warmup_on_real_batches = bool(config.compile)
+
+    def compiled_graphs(self) -> int | None:
+        """Graphs torch.compile has compiled in this process so far; None when not compiling."""
+        if not self.config.compile:
+            return None
+        from torch._dynamo.utils import counters
+
+        return int(counters["stats"]["unique_graphs"])
 
     def _keep_first(self, it):
         for batch in it:

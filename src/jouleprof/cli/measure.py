@@ -93,7 +93,7 @@ def measure_cmd(
 ) -> None:
     """Run CMD and write a run directory: time, exit code, GPU energy, power, memory."""
     from jouleprof.errors import JouleprofError
-    from jouleprof.measure import MeasureConfig, measure
+    from jouleprof.measurement import MeasureConfig, measure
 
     if not cmd:
         fail("no command given: use `jouleprof measure -- python train.py`")

@@ -68,7 +68,7 @@ def profile_cmd(
     from jouleprof.bench.train import CellConfig, run_cell
     from jouleprof.cli.measure import parse_gpus
     from jouleprof.errors import JouleprofError
-    from jouleprof.measure import DEFAULT_RUNS_DIR
+    from jouleprof.measurement import DEFAULT_RUNS_DIR
     from jouleprof.store.rundir import RunDir, new_run_id
 
     overrides = {

@@ -155,6 +155,34 @@ def decode_field_value(value: Any) -> float | None:
     return None if member is None else float(getattr(value.value, member))
 
 
+def instant_field_reader(nv: Any, handle: Any) -> Callable[[], float | None]:
+    """A reader of one GPU's POWER_INSTANT field, in milliwatts (None: NVML said no).
+
+    It is read every poll (50 times a second at 20 ms), so it calls NVML's function with one
+    array made once, where pynvml's nvmlDeviceGetFieldValues builds a ctypes array and looks
+    the function up on every call. Not thread-safe (one array): one sampler thread reads it.
+    Falls back to pynvml's call where its private helpers are missing.
+    """
+    import ctypes
+
+    fields = [POWER_INSTANT_FIELD]
+    try:
+        arr = (nv.c_nvmlFieldValue_t * 1)()
+        fn = nv._nvmlGetFunctionPointer("nvmlDeviceGetFieldValues")
+        check = nv._nvmlCheckReturn
+    except AttributeError:
+        return lambda: decode_field_value(nv.nvmlDeviceGetFieldValues(handle, fields)[0])
+    arr[0].fieldId = POWER_INSTANT_FIELD
+    count, ref = ctypes.c_int32(1), ctypes.byref(arr)
+    first = arr[0]
+
+    def read() -> float | None:
+        check(fn(handle, count, ref))
+        return decode_field_value(first)
+
+    return read
+
+
 @dataclass
 class _Gpu(VisibleGpu):
     """A measured GPU: what it is, and the readers found to work on it when the sensor opened."""
@@ -243,10 +271,10 @@ class NvmlSensor:
 
     def _probe(self, gpu: _Gpu) -> None:
         nv = self._nv
-        fields = [POWER_INSTANT_FIELD]
+        read_instant_mw = instant_field_reader(nv, gpu.handle)
 
         def instant(h: Any) -> float | None:
-            v = decode_field_value(nv.nvmlDeviceGetFieldValues(h, fields)[0])
+            v = read_instant_mw()  # this GPU's handle, bound in the reader
             return None if v is None else v / MW_PER_W
 
         readers: list[tuple[str, Callable[[Any], Any]]] = [
