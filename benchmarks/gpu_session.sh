@@ -12,6 +12,7 @@
 #   bash benchmarks/gpu_session.sh options # each training option alone (checkpointing, AdamW kernel, accumulation, workers, compile)
 #   bash benchmarks/gpu_session.sh probe   # instant-power kernel, NVML read costs, NVML tests, sampler cost,
 #                                          then compile alone (recompiles logged)
+#   bash benchmarks/gpu_session.sh sampler # NVML tests, sampler cost (20 ms config SAMPLER_REPS times)
 #   bash benchmarks/gpu_session.sh study   # the batch-size × mode study until DEADLINE_S; resumable
 # DEADLINE_S (default 540): seconds after the call's start by which the study starts no new cell
 # (less the longest cell, RESERVE_S); the study resumes in the next call.
@@ -38,7 +39,8 @@ gpu_tests() {
   python3 -m pytest tests/gpu -q -p no:cacheprovider --durations=8 2>&1 | tee "$OUT/gpu_tests.txt" | tail -14
 }
 sampler() {
-  python3 benchmarks/measure_core.py --out /tmp/sampler_cost --only sampler --sampler-s "${SAMPLER_S:-10}" 2>&1 | tail -6
+  python3 benchmarks/measure_core.py --out /tmp/sampler_cost --only sampler --sampler-s "${SAMPLER_S:-10}" \
+      --sampler-reps "${SAMPLER_REPS:-1}" 2>&1 | tail -$(( 5 + ${SAMPLER_REPS:-1} ))
   cp /tmp/sampler_cost/sampler_cost.json "$OUT/"
 }
 attr() {
@@ -138,8 +140,13 @@ case "${1:-}" in
         --batch-size "${BATCH:-8}" --duration-s "${OPT_S:-20}" --only compile \
         --timeout-s $(( ${DEADLINE_S:-560} - $(elapsed) )) 2>&1 | grep -v -i warn | tail -4
     tar czf "$OUT/options_compile.tar.gz" -C /tmp options_compile ;;
+  sampler)
+    # The NVML tests, then the sampler's CPU cost, its target configuration (20 ms) repeated.
+    stamp sampler
+    python3 -m pytest tests/gpu/test_nvml.py -q -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests_nvml.txt" | tail -3
+    SAMPLER_REPS=${SAMPLER_REPS:-4} sampler ;;
   attr) stamp attr; attr ;;
   study) stamp study; study ;;
-  *) echo "usage: $0 core|first|par|alone|replay|cells|options|probe|diag|attr|study" >&2; exit 2 ;;
+  *) echo "usage: $0 core|first|par|alone|replay|cells|options|probe|sampler|diag|attr|study" >&2; exit 2 ;;
 esac
 echo "=== done in $(elapsed) s"
