@@ -30,12 +30,16 @@ from jouleprof.attribution.placement import fit_powers, kernel_fractions
 from jouleprof.attribution.rows import COUNTER, INSTANT, sensor_rows
 from jouleprof.store.rundir import RunDir
 
-SPECS = ("box:15", "box:25", "box:37", "box:50", "exp:10", "exp:20", "exp:30", "tri:60")
+SPECS = (
+    "box:15", "box:25", "box:37", "box:50", "box:75", "box:100", "box:150",
+    "exp:10", "exp:20", "exp:30", "exp:50",
+    "tri:60", "tri:100", "tri:150",
+)  # fmt: skip
 KERNELS = {spec.replace(":", ""): parse_kernel(spec) for spec in SPECS}
 """name → (window in seconds, boxes in units of the window), as the regression takes them."""
 
 
-def fit_kernels(run: Path) -> dict:
+def fit_kernels(run: Path, kernels: dict | None = None) -> dict:
     rd = RunDir(run)
     samples = rd.read_samples()
     spans = rd.read_spans()
@@ -60,7 +64,7 @@ def fit_kernels(run: Path) -> dict:
     sig = rows.row_sigma_s(np.array([jc.jitter_s, jp.jitter_s, jp.jitter_s]))
     xc = tl.overlap_s(rows.t0_s[c], rows.t1_s[c], sig[c]) / rows.duration_s[c][:, None]
     out = {}
-    for name, (window_s, boxes) in KERNELS.items():
+    for name, (window_s, boxes) in (kernels or KERNELS).items():
         xi = kernel_fractions(tl, rows.t1_s[i], window_s, boxes, sig[i])
         x = np.vstack([xc, xi])[:, cols]
         y = np.concatenate([rows.power_w[c], rows.power_w[i]])
@@ -90,8 +94,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("run", type=Path)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--kernels", help="comma-separated specs (default: all of SPECS)")
     a = ap.parse_args()
-    out = fit_kernels(a.run)
+    chosen = None
+    if a.kernels:
+        chosen = {k.replace(":", ""): parse_kernel(k) for k in a.kernels.split(",") if k}
+    out = fit_kernels(a.run, chosen)
     for name, r in sorted(out.items(), key=lambda kv: kv[1]["instant_residual_w"]):
         # Every phase of the run (V-JEPA2's five, or the probe's busy and gap), by power.
         print(

@@ -238,7 +238,7 @@ def measure(
                 if sampler.devices and status is not RunStatus.INCOMPLETE:
                     # Counters move only at refreshes: sample a little past the end, reading the
                     # counter at every refresh, so refreshes after it bracket the work's end.
-                    sampler.densify(TAIL_S)
+                    sampler.densify(TAIL_S, read_now=True)
                     clock.sleep_s(TAIL_S)
         finally:
             sampler.stop()

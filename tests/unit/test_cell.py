@@ -154,11 +154,12 @@ def test_segment_edges_densify_the_counter_only_where_a_sampler_reads_devices():
     calls = []
 
     def sampler(devices):
-        return SimpleNamespace(devices=devices, densify=calls.append)
+        return SimpleNamespace(devices=devices, densify=lambda *a, **k: calls.append((a, k)))
 
     train._dense_edge(SimpleNamespace(sampler=sampler(["gpu0"])))
     train._dense_edge(SimpleNamespace(sampler=sampler([])))  # baseline: nothing sampled
-    assert calls == [train.EDGE_DENSE_S]
+    # A counter reading right at the edge, then a second of them about every refresh.
+    assert calls == [((train.EDGE_DENSE_S,), {"read_now": True})]
 
 
 class _RecompilingWorkload(VJepa2Workload):
@@ -213,3 +214,21 @@ def test_an_uncompiled_session_records_no_compile_figures(tmp_path):
     rec = RunDir(out).read_record()
     assert "compiled_graphs" not in rec.extra
     assert not any("torch.compile" in n for n in rec.notes)
+
+
+def test_the_warmup_note_says_which_batches_it_trained_on(tmp_path):
+    workloads.register("recompiles", _RecompilingWorkload)
+    run_cell(
+        CellConfig(
+            workload="recompiles", preset="tiny", mode="e2e", steps=1, overrides={"num_workers": 0}
+        ),
+        tmp_path / "a",
+    )
+    run_cell(
+        CellConfig(preset="tiny", mode="e2e", steps=1, overrides={"num_workers": 0}),
+        tmp_path / "b",
+    )
+    notes_a = " ".join(RunDir(tmp_path / "a").read_record().notes)
+    notes_b = " ".join(RunDir(tmp_path / "b").read_record().notes)
+    assert "trains on real batches" in notes_a and "replay that batch" not in notes_a
+    assert "replay that batch" in notes_b and "real batches" not in notes_b

@@ -129,3 +129,47 @@ def test_sparse_counter_reads_with_a_dense_start_and_bursts():
 def test_bad_burst_settings_are_refused():
     with pytest.raises(ValueError, match="counter_burst"):
         SamplerConfig(counter_burst_every_s=1.0, counter_burst_s=2.0)
+
+
+def _sparse_sampler(**cfg):
+    clock = MonotonicClock()
+    sched = PowerSchedule(idle_w=100)
+    sched.append(100.0, 300)
+    sink = ListSink()
+    config = SamplerConfig(interval_s=0.5, counter_interval_s=1.0, **cfg)
+    return Sampler([SimulatedGPU(sched, clock)], sink, config, clock=clock), sink, clock
+
+
+def test_a_slow_sampler_polls_densely_while_it_densifies():
+    # The e2e mode polls every 0.5 s: densify() must still give a counter read ~every refresh,
+    # which needs polls that often, and must not wait out the current 0.5 s sleep.
+    s, sink, clock = _sparse_sampler(counter_dense_s=0.0)
+    with s:
+        time.sleep(0.7)
+        t_dense = clock.now_s()
+        s.densify(0.6, read_now=True)
+        first = sink.samples[-1] if sink.samples else None
+        time.sleep(0.9)
+    # read_now: a reading with the counter, taken inside the call.
+    counter_t = [x.t_s for x in sink.samples if x.energy_j is not None]
+    assert any(abs(t - t_dense) < 0.05 for t in counter_t)
+    inside = [t for t in counter_t if t_dense < t < t_dense + 0.6]
+    assert len(inside) >= 3  # ~every 0.1 s refresh; a 0.5 s poll would allow one
+    polls_inside = [x.t_s for x in sink.samples if t_dense + 0.05 < x.t_s < t_dense + 0.55]
+    assert len(polls_inside) >= 5
+    after = [x.t_s for x in sink.samples if x.t_s > t_dense + 0.75]
+    assert len(after) <= 2  # back to 0.5 s polls once the dense stretch ends
+    assert first is None or first.t_s <= clock.now_s()
+
+
+def test_a_slow_sampler_polls_densely_through_its_opening_stretch():
+    s, sink, clock = _sparse_sampler(counter_dense_s=0.5)
+    with s:
+        time.sleep(0.6)
+    early = [x.t_s for x in sink.samples if 0 < x.t_s - sink.samples[0].t_s < 0.45]
+    assert len(early) >= 4  # dense_interval_s (0.05 s) polls, not one at 0.5 s
+
+
+def test_dense_interval_must_be_positive():
+    with pytest.raises(ValueError, match="dense_interval_s"):
+        SamplerConfig(dense_interval_s=0)

@@ -164,10 +164,7 @@ def run_cell(cfg: CellConfig, out: str | Path) -> Path:
             "open": round(time.perf_counter() - t_enter, 3),
         }
         rec.extra["mode"] = cfg.mode
-        rec.notes.append(
-            cfg.warmup.describe()
-            + "; the warm-up's first step trains on real data, the rest replay that batch"
-        )
+        rec.notes.append(cfg.warmup.describe())
         steps_log = _StepLog(
             CsvAppender(m.run_dir.path / STEPS_CSV, STEP_COLUMNS), m.clock.origin_ns
         )
@@ -219,7 +216,7 @@ to a second from a read. ~10 reads an edge place both within a refresh (100 ms).
 
 def _dense_edge(m) -> None:
     if m.sampler.devices:
-        m.sampler.densify(EDGE_DENSE_S)
+        m.sampler.densify(EDGE_DENSE_S, read_now=True)
 
 
 def _process_age_s() -> float | None:
@@ -278,6 +275,11 @@ def _segments(cfg: CellConfig, session, m, marker, recorder, steps_log: _StepLog
     # single shape, and the first new one recompiled inside the measured segment (a 58 s step
     # on the H200, benchmarks/results/options_vith_b8).
     real_batches = bool(getattr(session, "warmup_on_real_batches", False))
+    rec.notes.append(
+        "the warm-up trains on real batches (compiled graphs must meet several shapes)"
+        if real_batches
+        else "the warm-up's first step trains on real data, the rest replay that batch"
+    )
     graphs0 = _compiled_graphs(session)
     while not cfg.warmup.settled(times):
         t = session.step(sync=True, fixed=bool(times) and not real_batches)

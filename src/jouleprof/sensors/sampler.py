@@ -72,6 +72,11 @@ class SamplerConfig:
     """Where counter_interval_s is long: every this many seconds, read the counter every
     refresh for `counter_burst_s`, so its refresh grid stays located through a long run."""
     counter_burst_s: float = 1.0
+    dense_interval_s: float = 0.05
+    """Poll period, at most, while the counter is read every refresh (a run's first seconds,
+    its bursts, `densify`): a sampler polling every 0.5 s (the e2e mode) otherwise read the
+    counter only every 0.5 s there, and its segment edges fell up to that far from a read
+    (±7–13 % on 10 s e2e energies on the H200, benchmarks/results/options_vith_b8)."""
     flush_every_s: float = 1.0
     """How often buffered samples are handed to the sink (and so survive a crash)."""
 
@@ -90,6 +95,8 @@ class SamplerConfig:
             raise ValueError("need counter_burst_every_s > counter_burst_s > 0")
         if not self.flush_every_s > 0:
             raise ValueError(f"flush_every_s must be > 0, got {self.flush_every_s}")
+        if not self.dense_interval_s > 0:
+            raise ValueError(f"dense_interval_s must be > 0, got {self.dense_interval_s}")
 
 
 @dataclass
@@ -165,6 +172,7 @@ class Sampler:
             for d in s.devices
         ]
         self._dense_until_s = float("-inf")  # set by mark_start() and densify()
+        self._wake = False  # densify() cuts the thread's current wait short
         self._started_s = 0.0
         self._buffer: list[Sample] = []
         self._rng = random.Random(0x6A71)
@@ -254,12 +262,20 @@ class Sampler:
         every = self.config.counter_burst_every_s
         return every is not None and (now_s - self._started_s) % every < self.config.counter_burst_s
 
-    def densify(self, seconds: float) -> None:
-        """Read slow counters about once per refresh for the next `seconds` (a run's end)."""
+    def densify(self, seconds: float, read_now: bool = False) -> None:
+        """Read slow counters about once per refresh for the next `seconds` (a run's end).
+
+        `read_now`: also read every sensor, counters included, here and now (on the caller's
+        thread: an NVML counter read takes ~4 ms), so that an edge about to be stamped has a
+        counter reading just before it.
+        """
+        if read_now:
+            self.poll_once(force_counter=True)
         self._dense_until_s = self.clock.now_s() + seconds
         for st in self._devices:
             if st.slow_counter:
                 st.next_counter_t_s = min(st.next_counter_t_s, self.clock.now_s())
+        self._wake = True  # a thread sleeping toward a sparse poll polls now, then densely
 
     def mark_start(self) -> None:
         """Take now as the run's start (its dense counter stretch and bursts count from here).
@@ -283,11 +299,12 @@ class Sampler:
     def _loop(self) -> None:
         cpu0 = time.thread_time()
         interval, dither = self.config.interval_s, self.config.dither
+        dense_interval = self.config.dense_interval_s
         rng = random.Random(0x6A70)
         now_s, stopped, sleep = self.clock.now_s, self._stop.is_set, time.sleep
         uniform = rng.uniform
-        next_s = now_s() + interval
         t = now_s()
+        next_s = t + (dense_interval if interval > dense_interval and self._dense(t) else interval)
         try:
             while not stopped():
                 # time.sleep, in slices of ≤ 0.1 s so that stop() is seen soon: waking from
@@ -299,12 +316,19 @@ class Sampler:
                     wait -= _STOP_CHECK_S
                     if stopped():
                         return
+                    if self._wake:
+                        self._wake = False
+                        next_s = now_s()
+                        break
                 self.poll_once()
-                next_s += interval * uniform(1.0 - dither, 1.0 + dither)
                 t = now_s()
-                if t > next_s + interval:  # starved: skip, don't burst to catch up
+                step = interval
+                if interval > dense_interval and self._dense(t):
+                    step = dense_interval
+                next_s += step * uniform(1.0 - dither, 1.0 + dither)
+                if t > next_s + step:  # starved: skip, don't burst to catch up
                     self.stats.n_late_polls += 1
-                    next_s = t + interval
+                    next_s = t + step
         except Exception as e:  # never let a sampler failure kill the measured workload
             log.exception("sampler thread stopped")
             self.stats.errors.append(f"sampler thread stopped: {e!r}")
