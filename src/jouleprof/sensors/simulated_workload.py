@@ -29,10 +29,20 @@ class PhaseSpec:
     power_w: float
     duration_jitter: float = 0.05
     """Relative standard deviation of the phase's duration from step to step."""
+    stall_s: float = 0.0
+    """A host-paced phase: each occurrence also waits U(0, stall_s) seconds for the host, inside
+    its span and after its work, drawing `stall_w` (the GPU's work per step stays the same; its
+    span and energy grow with the wait, far less than at the work's power)."""
+    stall_w: float = 120.0
 
     def __post_init__(self) -> None:
         if self.duration_s <= 0 or self.power_w < 0 or not 0 <= self.duration_jitter < 0.5:
             raise ValueError(f"bad PhaseSpec {self}: need duration_s > 0, power_w ≥ 0, jitter<0.5")
+        if self.stall_s < 0 or self.stall_w < 0:
+            raise ValueError(f"bad PhaseSpec {self}: need stall_s ≥ 0 and stall_w ≥ 0")
+
+
+_STALL_PIECES = 4
 
 
 @dataclass
@@ -116,12 +126,22 @@ def simulate_training(
         for ph in phases:
             d = ph.duration_s * max(0.2, 1.0 + rng.normal(0.0, ph.duration_jitter))
             t0 = schedule.end_s
-            schedule.append(d, ph.power_w)
+            e = d * ph.power_w
+            if ph.stall_s > 0:
+                # The host's waits fall between the phase's kernels: the wait comes in
+                # _STALL_PIECES pieces spread through the work, not as one block at its end.
+                wait = float(rng.uniform(0.0, ph.stall_s))
+                for _ in range(_STALL_PIECES):
+                    schedule.append(d / _STALL_PIECES, ph.power_w)
+                    schedule.append(wait / _STALL_PIECES, ph.stall_w)
+                d, e = d + wait, e + wait * ph.stall_w
+            else:
+                schedule.append(d, ph.power_w)
             t1 = schedule.end_s
             n0, n1 = rng.normal(0.0, span_noise_s, 2) if span_noise_s > 0 else (0.0, 0.0)
             spans.append(Span(step, ph.name, float(t0 + n0), float(max(t1 + n1, t0 + n0))))
             true_spans.append(Span(step, ph.name, t0, t1))
-            true_e[ph.name] += d * ph.power_w
+            true_e[ph.name] += e
             true_t[ph.name] += d
         if gap_s > 0:
             schedule.append(gap_s, idle_w)
