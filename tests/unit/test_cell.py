@@ -12,6 +12,13 @@ from jouleprof.bench.workloads import VJepa2Workload  # noqa: E402
 from jouleprof.store.rundir import RunDir  # noqa: E402
 
 
+def _tiny(**kw) -> CellConfig:
+    """A tiny V-JEPA2 cell on the CPU, no loader workers (each test names what differs)."""
+    kw.setdefault("preset", "tiny")
+    kw.setdefault("overrides", {"num_workers": 0})
+    return CellConfig(**kw)
+
+
 def test_fine_cell_records_phases_overhead_and_says_why_energy_is_missing(tmp_path):
     out = tmp_path / "cell"
     cfg = CellConfig(
@@ -85,17 +92,7 @@ class _OomWorkload(VJepa2Workload):
 def test_out_of_memory_is_recorded_and_data_kept(tmp_path):
     workloads.register("oomtest", _OomWorkload)
     out = tmp_path / "oom"
-    run_cell(
-        CellConfig(
-            workload="oomtest",
-            preset="tiny",
-            batch_size=4,
-            mode="e2e",
-            steps=2,
-            overrides={"num_workers": 0},
-        ),
-        out,
-    )
+    run_cell(_tiny(workload="oomtest", batch_size=4, mode="e2e", steps=2), out)
     rec = RunDir(out).read_record()
     assert rec.extra["oom"] is True
     assert rec.status.value == "failed"
@@ -190,16 +187,7 @@ class _RecompilingWorkload(VJepa2Workload):
 def test_a_compiled_session_warms_up_on_real_batches_and_recompiles_are_said(tmp_path):
     workloads.register("recompiles", _RecompilingWorkload)
     out = tmp_path / "rc"
-    run_cell(
-        CellConfig(
-            workload="recompiles",
-            preset="tiny",
-            mode="e2e",
-            steps=2,
-            overrides={"num_workers": 0},
-        ),
-        out,
-    )
+    run_cell(_tiny(workload="recompiles", mode="e2e", steps=2), out)
     rec = RunDir(out).read_record()
     seen = _RecompilingWorkload.last.seen
     assert seen["fixed_steps"] == 0  # no replayed batch in warm-up or measured part
@@ -210,7 +198,7 @@ def test_a_compiled_session_warms_up_on_real_batches_and_recompiles_are_said(tmp
 
 def test_an_uncompiled_session_records_no_compile_figures(tmp_path):
     out = tmp_path / "plain"
-    run_cell(CellConfig(preset="tiny", mode="e2e", steps=1, overrides={"num_workers": 0}), out)
+    run_cell(_tiny(mode="e2e", steps=1), out)
     rec = RunDir(out).read_record()
     assert "compiled_graphs" not in rec.extra
     assert not any("torch.compile" in n for n in rec.notes)
@@ -218,16 +206,8 @@ def test_an_uncompiled_session_records_no_compile_figures(tmp_path):
 
 def test_the_warmup_note_says_which_batches_it_trained_on(tmp_path):
     workloads.register("recompiles", _RecompilingWorkload)
-    run_cell(
-        CellConfig(
-            workload="recompiles", preset="tiny", mode="e2e", steps=1, overrides={"num_workers": 0}
-        ),
-        tmp_path / "a",
-    )
-    run_cell(
-        CellConfig(preset="tiny", mode="e2e", steps=1, overrides={"num_workers": 0}),
-        tmp_path / "b",
-    )
+    run_cell(_tiny(workload="recompiles", mode="e2e", steps=1), tmp_path / "a")
+    run_cell(_tiny(mode="e2e", steps=1), tmp_path / "b")
     notes_a = " ".join(RunDir(tmp_path / "a").read_record().notes)
     notes_b = " ".join(RunDir(tmp_path / "b").read_record().notes)
     assert "trains on real batches" in notes_a and "replay that batch" not in notes_a

@@ -16,6 +16,15 @@ import pytest
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 
 
+def _python_ok(code: str) -> None:
+    """Run `code` in a fresh interpreter that imports jouleprof from this checkout."""
+    env = {"PYTHONPATH": SRC, "PATH": "/usr/bin:/bin"}
+    r = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert r.returncode == 0, r.stderr
+
+
 @pytest.mark.parametrize(
     "code",
     [
@@ -26,27 +35,11 @@ SRC = str(Path(__file__).resolve().parents[2] / "src")
     ],
 )
 def test_measure_is_the_function_in_a_fresh_interpreter(code):
-    check = code + "; import inspect; assert inspect.isfunction(measure), measure"
-    r = subprocess.run(
-        [sys.executable, "-c", check],
-        env={"PYTHONPATH": SRC, "PATH": "/usr/bin:/bin"},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert r.returncode == 0, r.stderr
+    _python_ok(code + "; import inspect; assert inspect.isfunction(measure), measure")
 
 
 def test_importing_the_package_loads_neither_torch_nor_pynvml():
-    code = "import sys, jouleprof; assert not {'torch', 'pynvml'} & set(sys.modules), 'heavy'"
-    r = subprocess.run(
-        [sys.executable, "-c", code],
-        env={"PYTHONPATH": SRC, "PATH": "/usr/bin:/bin"},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert r.returncode == 0, r.stderr
+    _python_ok("import sys, jouleprof; assert not {'torch', 'pynvml'} & set(sys.modules), 'heavy'")
 
 
 def test_unknown_attribute_names_itself():
