@@ -204,17 +204,30 @@ class Timeline:
     counts: dict[str, int] = field(default_factory=dict)
     inclusive_time_s: dict[str, float] = field(default_factory=dict)
     order: list[str] = field(default_factory=list)
+    weights: np.ndarray | None = None
+    """(segments, names): how each segment's time is shared among the names; None: all of
+    it to its label. A segment may be split, e.g. between a phase's work and the host stalls
+    inside it (`attribution.stall`); each row sums to 1."""
 
     def __post_init__(self) -> None:
         durations = np.diff(self.edges_s)
+        if self.weights is None:
+            share = np.zeros((len(self.labels), len(self.names)))
+            share[np.arange(len(self.labels)), self.labels] = 1.0
+        else:
+            share = np.asarray(self.weights, dtype=float)
+            if share.shape != (len(self.labels), len(self.names)):
+                raise ValueError(
+                    f"weights must be (segments, names) = {(len(self.labels), len(self.names))}, "
+                    f"got {share.shape}"
+                )
         cum = np.zeros((len(self.names), len(self.edges_s)))
-        for j in range(len(self.names)):
-            cum[j, 1:] = np.cumsum(np.where(self.labels == j, durations, 0.0))
+        cum[:, 1:] = np.cumsum(share * durations[:, None], axis=0).T
         self._cum = cum
-        # Change of each label's slope (0 or 1) at every edge, the outer two included.
-        onehot = np.zeros((len(self.labels) + 2, len(self.names)))
-        onehot[np.arange(1, len(self.labels) + 1), self.labels] = 1.0
-        self._dslope = np.diff(onehot, axis=0)
+        # Change of each name's slope (its share of the time) at every edge, outer two included.
+        padded = np.zeros((len(self.labels) + 2, len(self.names)))
+        padded[1:-1] = share
+        self._dslope = np.diff(padded, axis=0)
 
     @property
     def n_steps(self) -> int:

@@ -68,6 +68,7 @@ from jouleprof.attribution.kernels import BOXCAR, Boxes
 from jouleprof.attribution.placement import PARAMS, Placement, fit_powers, refine, row_weights
 from jouleprof.attribution.result import DeviceAttribution, PhaseResult, pct_text, unresolved
 from jouleprof.attribution.rows import AVERAGE, COUNTER, INSTANT, KIND_NAMES, sensor_rows
+from jouleprof.attribution.stall import STALL, StallSplit, split_stalls
 from jouleprof.errors import AttributionError
 from jouleprof.sensors.refresh import RefreshEstimate
 
@@ -124,6 +125,13 @@ class RegressionConfig:
     min_rel_halfwidth: float = 0.001
     """No interval is reported narrower than ± this fraction of its estimate: below ±0.1 % the
     assumptions (power stationary across steps, the sensor model) matter more than the data."""
+    stall_model: bool | None = None
+    """Model each phase as fixed work plus host stalls at one shared power (`attribution.stall`):
+    for host-paced steps, whose phases run longer in some steps at little extra power. None:
+    fit both models and keep the stall model where it lowers the residual RMS below
+    STALL_KEEP_RATIO of the plain model's."""
+    stall_quantile: float = 0.05
+    """Stall model: a phase's work time in a step is this quantile of its per-step time."""
 
     def __post_init__(self) -> None:
         for name in ("instant_window_s", "average_window_s", "block_s"):
@@ -147,6 +155,8 @@ class RegressionConfig:
             raise ValueError(f"min_rows must be ≥ 1, got {self.min_rows}")
         if not (self.use_counter or self.use_instant or self.use_average):
             raise ValueError("use_counter, use_instant and use_average cannot all be False")
+        if not 0 <= self.stall_quantile < 0.5:
+            raise ValueError(f"stall_quantile must be in [0, 0.5), got {self.stall_quantile}")
 
 
 @dataclass
@@ -266,6 +276,12 @@ def _moved(jg: JitterGrid, shift_s: float, drift_s: float, center_s: float, half
     return replace(jg, grid=grid)
 
 
+STALL_KEEP_RATIO = 0.9
+"""Auto stall model: kept when its residual RMS is below this fraction of the plain model's.
+On the H200 V-JEPA2 runs the ratio was 0.74–0.79 (backward −5.3 → −0.4 % of isolation on
+run4); on simulated steps of constant-power phases the stall model fits worse (1.07–1.10)."""
+
+
 def attribute_regression(
     samples, timeline: Timeline, device: str, cfg: RegressionConfig | None = None
 ) -> DeviceAttribution:
@@ -275,6 +291,39 @@ def attribute_regression(
         AttributionError: no refresh grid can be found, or too few sensor intervals are usable.
     """
     cfg = cfg or RegressionConfig()
+    if cfg.stall_model is None:
+        return _auto_stall(samples, timeline, device, cfg)
+    return _attribute(samples, timeline, device, cfg)
+
+
+def _auto_stall(samples, timeline: Timeline, device: str, cfg: RegressionConfig):
+    """Both models; the stall model where it explains the readings clearly better."""
+    plain = _attribute(samples, timeline, device, replace(cfg, stall_model=False))
+    try:
+        stall = _attribute(samples, timeline, device, replace(cfg, stall_model=True))
+    except AttributionError as e:
+        plain.notes.append(f"stall model not fitted: {e}")
+        return plain
+    r_plain = plain.diagnostics["residual_rms_w"]
+    r_stall = stall.diagnostics["residual_rms_w"]
+    keep = stall if r_stall < STALL_KEEP_RATIO * r_plain else plain
+    choice = {
+        "chosen": "stall" if keep is stall else "plain",
+        "residual_rms_w": {"plain": r_plain, "stall": r_stall},
+        "keep_ratio": STALL_KEEP_RATIO,
+    }
+    keep.diagnostics["stall_model_choice"] = choice
+    keep.notes.append(
+        f"model: {choice['chosen']} (residual RMS {r_plain:.1f} W with one power per phase, "
+        f"{r_stall:.1f} W with work plus host stalls; the stall model is kept below "
+        f"{STALL_KEEP_RATIO:g} × the plain one's)"
+    )
+    return keep
+
+
+def _attribute(
+    samples, timeline: Timeline, device: str, cfg: RegressionConfig
+) -> DeviceAttribution:
     dev = samples[samples["device"] == device]
     grids, grid_notes = device_grids(
         samples, dev, cfg.use_counter, cfg.use_instant or cfg.use_average
@@ -290,6 +339,11 @@ def attribute_regression(
     jc = grids.get("counter", grids.get("power"))
     jp = grids.get("power", grids.get("counter"))
     assert jc is not None and jp is not None
+    # The stall model fits on a timeline whose phases are split into work and stall; results
+    # are reported per phase of the original timeline.
+    split = split_stalls(timeline, cfg.stall_quantile) if cfg.stall_model else None
+    reported = timeline
+    timeline = split.timeline if split is not None else timeline
     f = _fit_pass(dev, timeline, jc, jp, cfg)
     # A grid found to sit further off than the margins its reads were labelled with may have
     # given some readings to the wrong refresh: label them again on the moved grids.
@@ -337,11 +391,15 @@ def attribute_regression(
             f"intervals widened ×{widen:.1f}"
         )
     ceiling_w = _power_ceiling_w(dev, timeline)
+    col_of = {timeline.names[j]: i for i, j in enumerate(cols)}
+    terms = _terms(reported, split, col_of)
     results, step_e, step_lo, step_hi = _phase_results(
-        timeline, cols, power, boot, sys_sd_w, cover, cfg, device, widen, ceiling_w
+        reported, cols, power, boot, sys_sd_w, cover, cfg, device, widen, ceiling_w, terms
     )
     results.extend(
-        _joint_results(timeline, cols, power, boot, sys_sd_w, cfg, device, widen, results, step_e)
+        _joint_results(
+            reported, cols, power, boot, sys_sd_w, cfg, device, widen, results, step_e, terms
+        )
     )
     resid = y - x @ power
     diagnostics = {
@@ -374,13 +432,25 @@ def attribute_regression(
     }
     diagnostics["step_start_refresh_coverage"] = coverage
     diagnostics["interval_widened_by"] = widen
+    if split is not None:
+        diagnostics["stall"] = {
+            "power_w": float(power[col_of[STALL]]) if STALL in col_of else None,
+            "quantile": cfg.stall_quantile,
+            "work_per_step_s": split.work_per_step_s,
+            "stall_s": split.stall_s,
+        }
+        notes.append(
+            "stall model: each phase is its work (its time in its shortest steps) at its own "
+            "power plus the rest of its time at one shared stall power"
+            + (f" ({power[col_of[STALL]]:.0f} W)" if STALL in col_of else "")
+        )
     return DeviceAttribution(
         device=device,
         method=METHOD,
         phases=results,
-        n_steps=timeline.n_steps,
-        warmup_steps=len(timeline.warmup_steps),
-        step_time_s=timeline.step_time_s / timeline.n_steps,
+        n_steps=reported.n_steps,
+        warmup_steps=len(reported.warmup_steps),
+        step_time_s=reported.step_time_s / reported.n_steps,
         step_energy_j=step_e,
         step_energy_lo_j=step_lo,
         step_energy_hi_j=step_hi,
@@ -404,23 +474,37 @@ def _energy_interval(power, boot, sys_sd_w, idx, t_s, cfg, widen=1.0):
     return e, lo, hi
 
 
+def _terms(timeline: Timeline, split: StallSplit | None, col_of: dict[str, int]):
+    """names → (columns, seconds) whose powers × seconds are those phases' energy: each
+    phase's column over its time, or with the stall model its work time plus the stall
+    column over its stall time."""
+    if split is not None:
+        return lambda names: split.terms(names, col_of)
+    return lambda names: (
+        [col_of[n] for n in names],
+        np.array([timeline.time_s.get(n, 0.0) for n in names]),
+    )
+
+
 def _phase_results(
-    timeline, cols, power, boot, sys_sd_w, cover, cfg, device, widen=1.0, ceiling_w=None
-):
+    timeline, cols, power, boot, sys_sd_w, cover, cfg, device, widen=1.0, ceiling_w=None,
+    terms=None,
+):  # fmt: skip
     """One PhaseResult per label, resolved or not; and the analysed steps' energy with bounds.
 
     `widen` multiplies each interval's half-widths (lockstep: see attribute_regression).
     `ceiling_w`: a fitted power above it is not physical (see `_power_ceiling_w`).
+    `terms`: names → (columns, seconds) of their energy (`_terms`; default: each label's
+    column over its time). `cols` index the fitted timeline's names, which may extend the
+    reported `timeline`'s (the stall model appends "stall").
     """
     n_steps = timeline.n_steps
-    col_of = {timeline.names[j]: i for i, j in enumerate(cols)}
-    in_step = set(timeline.in_step_labels)
+    col_of = {timeline.names[j]: i for i, j in enumerate(cols) if j < len(timeline.names)}
+    terms = terms or _terms(timeline, None, col_of)
+    in_step = [n for n in timeline.in_step_labels if n in col_of]
     # Energy of the whole analysed steps: well determined even where its split is not.
-    t_vec = np.array([timeline.time_s.get(timeline.names[j], 0.0) for j in cols])
-    mask = np.array([timeline.names[j] in in_step for j in cols])
-    step_e, step_lo, step_hi = _energy_interval(
-        power, boot, sys_sd_w, np.flatnonzero(mask), t_vec[mask], cfg
-    )
+    idx, t_vec = terms(in_step)
+    step_e, step_lo, step_hi = _energy_interval(power, boot, sys_sd_w, idx, t_vec, cfg)
 
     results: list[PhaseResult] = []
     for name in timeline.order:
@@ -431,7 +515,8 @@ def _phase_results(
             continue
         i = col_of[name]
         n_cover = int(cover[cols[i]])
-        e, lo, hi = _energy_interval(power, boot, sys_sd_w, [i], np.array([time_s]), cfg, widen)
+        idx, t = terms([name])
+        e, lo, hi = _energy_interval(power, boot, sys_sd_w, idx, t, cfg, widen)
         why = None
         if n_cover < cfg.min_rows:
             why = f"only {n_cover} sensor intervals overlap it (need {cfg.min_rows})"
@@ -460,7 +545,7 @@ def _phase_results(
                 e,
                 max(lo, 0.0),
                 hi,
-                float(power[i]),
+                e / time_s if time_s > 0 else float(power[i]),  # = its power, without stalls
                 share,
                 METHOD,
                 True,
@@ -509,7 +594,9 @@ def _nested(a: str, b: str) -> bool:
     return a.startswith(b + "/") or b.startswith(a + "/")
 
 
-def _joint_results(timeline, cols, power, boot, sys_sd_w, cfg, device, widen, results, step_e):
+def _joint_results(
+    timeline, cols, power, boot, sys_sd_w, cfg, device, widen, results, step_e, terms=None
+):
     """Rows for phases the fit cannot split but can weigh together.
 
     Two phases that follow each other in (nearly) every step and that the data cannot tell
@@ -519,7 +606,8 @@ def _joint_results(timeline, cols, power, boot, sys_sd_w, cfg, device, widen, re
     bootstrap (where the two trade energy, their sum stays put). Named "a+b" (step order),
     resolved when its interval is narrower than its estimate.
     """
-    col_of = {timeline.names[j]: i for i, j in enumerate(cols)}
+    col_of = {timeline.names[j]: i for i, j in enumerate(cols) if j < len(timeline.names)}
+    terms = terms or _terms(timeline, None, col_of)
     in_step = set(timeline.in_step_labels)
     unresolved_in_step = [
         r.phase for r in results if not r.resolved and r.phase in col_of and r.phase in in_step
@@ -543,12 +631,11 @@ def _joint_results(timeline, cols, power, boot, sys_sd_w, cfg, device, widen, re
             continue
         done.add(best)
         members = [p for p in timeline.order if p in best]
-        idx = [col_of[p] for p in members]
-        t = np.array([timeline.time_s[p] for p in members])
+        idx, t = terms(members)
         e, lo, hi = _energy_interval(power, boot, sys_sd_w, idx, t, cfg, widen)
         if e <= 0 or hi - lo > e:
             continue
-        time_s = float(t.sum())
+        time_s = float(sum(timeline.time_s[p] for p in members))
         label = "+".join(members)
         note = (
             f"jointly: the data cannot split {' from '.join(members)}, but weigh them together; "

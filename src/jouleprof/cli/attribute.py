@@ -97,6 +97,16 @@ def attribute_cmd(
             "constant) or tri:MS (sets the window too; default a boxcar of --instant-window-s)."
         ),
     ] = None,
+    stall_model: Annotated[
+        bool | None,
+        typer.Option(
+            "--stall-model/--no-stall-model",
+            help="Regression: each phase is fixed work at its own power plus host stalls at "
+            "one shared power (for host-paced steps whose phases run longer in some steps). "
+            "Default: fit both, keep the stall model where it fits the readings clearly better.",
+            show_default=False,
+        ),
+    ] = None,
     gap_tolerance_s: Annotated[
         float, typer.Option(help="Gaps/overlaps between spans up to this long are noise, s.")
     ] = 0.5e-3,
@@ -109,7 +119,12 @@ def attribute_cmd(
         fail(f"unknown --method {method!r}: choose one of {', '.join(_METHODS)}")
     opts: dict[str, Any] = {"gap_tolerance_s": gap_tolerance_s}
     if method == "regression":
-        opts.update(confidence=confidence, n_boot=n_boot, instant_window_s=instant_window_s)
+        opts.update(
+            confidence=confidence,
+            n_boot=n_boot,
+            instant_window_s=instant_window_s,
+            stall_model=stall_model,
+        )
         if instant_kernel is not None:
             from jouleprof.attribution.kernels import parse_kernel
 
