@@ -38,7 +38,10 @@ How the fit stays unbiased and its interval honest:
 Assumptions, stated so a user can judge a result:
 
 - each phase draws a power that is stationary across the analysed steps (warm-up steps are
-  excluded; a phase whose power drifts gets its mean power, and a wider interval);
+  excluded; a phase whose power drifts gets its mean power, and a wider interval) — or, under
+  the stall model (`attribution.stall`), its work does, and the time it takes beyond its
+  shortest steps draws one power shared by all phases (a host-paced GPU waiting). Both models
+  are fitted and the stall model kept where its residual is clearly lower (STALL_KEEP_RATIO);
 - idle time and untracked time each have one constant power;
 - each signal refreshes on a regular grid whose instants jitter without bias (Gaussian);
 - the power readings are the true power times a constant gain (fitted against the counter);
@@ -487,9 +490,18 @@ def _terms(timeline: Timeline, split: StallSplit | None, col_of: dict[str, int])
 
 
 def _phase_results(
-    timeline, cols, power, boot, sys_sd_w, cover, cfg, device, widen=1.0, ceiling_w=None,
+    timeline,
+    cols,
+    power,
+    boot,
+    sys_sd_w,
+    cover,
+    cfg,
+    device,
+    widen=1.0,
+    ceiling_w=None,
     terms=None,
-):  # fmt: skip
+):
     """One PhaseResult per label, resolved or not; and the analysed steps' energy with bounds.
 
     `widen` multiplies each interval's half-widths (lockstep: see attribute_regression).
