@@ -13,6 +13,7 @@
 #   bash benchmarks/gpu_session.sh probe   # instant-power kernel, NVML read costs, NVML tests, sampler cost,
 #                                          then compile alone (recompiles logged)
 #   bash benchmarks/gpu_session.sh sampler # NVML tests, sampler cost (20 ms config SAMPLER_REPS times)
+#   bash benchmarks/gpu_session.sh next    # session 5's first call: NVML tests, sampler, kernel probe, e2e cells
 #   bash benchmarks/gpu_session.sh study   # the batch-size × mode study until DEADLINE_S; resumable
 # DEADLINE_S (default 540): seconds after the call's start by which the study starts no new cell
 # (less the longest cell, RESERVE_S); the study resumes in the next call.
@@ -66,6 +67,7 @@ study() {
   # STUDY_NAME (default study): the folder under /tmp and the tarball's name; only "study"
   # resumes from .gpuwork/study.tar.gz.
   local name=${STUDY_NAME:-study}
+  [ "$name" != study ] && rm -rf "/tmp/$name"  # only "study" resumes; others start afresh
   mkdir -p "/tmp/$name"
   [ "$name" = study ] && [ -f .gpuwork/study.tar.gz ] && [ ! -f /tmp/study/study.json ] && tar xzf .gpuwork/study.tar.gz -C /tmp
   local budget=$(( ${DEADLINE_S:-540} - ${RESERVE_S:-50} - $(elapsed) ))
@@ -145,8 +147,16 @@ case "${1:-}" in
     stamp sampler
     python3 -m pytest tests/gpu/test_nvml.py -q -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests_nvml.txt" | tail -3
     SAMPLER_REPS=${SAMPLER_REPS:-4} sampler ;;
+  next)
+    # Session 5's first call (~4 min): NVML tests, sampler cost (20 ms four times), the kernel
+    # probe with NVML's power buffer, then e2e cells at batch 8 and 64 twice (edge counter fix).
+    stamp next
+    python3 -m pytest tests/gpu/test_nvml.py -q -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests_nvml.txt" | tail -3
+    SAMPLER_S=${SAMPLER_S:-8} SAMPLER_REPS=${SAMPLER_REPS:-4} sampler; echo "--- $(elapsed) s"
+    kernel_probe; echo "--- $(elapsed) s"
+    STUDY_NAME=cells BATCH_SIZES=${BATCH_SIZES:-8,64} MODES=${MODES:-e2e} REPS=${REPS:-2} study ;;
   attr) stamp attr; attr ;;
   study) stamp study; study ;;
-  *) echo "usage: $0 core|first|par|alone|replay|cells|options|probe|sampler|diag|attr|study" >&2; exit 2 ;;
+  *) echo "usage: $0 core|first|par|alone|replay|cells|options|probe|sampler|next|diag|attr|study" >&2; exit 2 ;;
 esac
 echo "=== done in $(elapsed) s"
