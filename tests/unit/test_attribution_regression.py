@@ -252,3 +252,22 @@ def test_a_kernel_that_is_not_boxes_summing_to_one_is_refused(kernel):
 
     with pytest.raises(ValueError, match="instant_kernel"):
         RegressionConfig(instant_kernel=kernel)
+
+
+def test_systematic_spread_of_a_sum_keeps_the_powers_correlation():
+    # A perturbation of the sensor model that moves power from one phase to its neighbour
+    # leaves their sum's energy alone: a joint row must not add the two spreads in quadrature.
+    from jouleprof.attribution.regression import RegressionConfig, _energy_interval
+
+    cfg = RegressionConfig(min_rel_halfwidth=0.0)
+    power = np.array([500.0, 500.0])
+    boot = np.tile(power, (400, 1))  # no sampling spread: only the systematic one
+    t = np.array([0.01, 0.01])
+    trade = np.array([[50.0, -50.0]])  # one perturbation: +50 W here, −50 W there
+    e, lo, hi = _energy_interval(power, boot, trade, [0, 1], t, cfg)
+    assert e == pytest.approx(10.0) and lo == pytest.approx(10.0) and hi == pytest.approx(10.0)
+    e1, lo1, hi1 = _energy_interval(power, boot, trade, [0], t[:1], cfg)
+    assert hi1 - e1 == pytest.approx(1.959964 * 50 * 0.01, rel=1e-4)  # alone: its own spread
+    same = np.array([[50.0, 50.0]])  # moving both the same way adds up
+    _, lo2, hi2 = _energy_interval(power, boot, same, [0, 1], t, cfg)
+    assert hi2 - 10.0 == pytest.approx(1.959964 * 100 * 0.01, rel=1e-4)

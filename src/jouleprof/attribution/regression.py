@@ -379,7 +379,11 @@ def _attribute(
             xs = pl.design(th, sigma + sign * d_sigma)
             fits.append(fit_powers(xs * w[:, None], pl.target(th) * w))
         sens.append(0.5 * (fits[0] - fits[1]))
-    sys_sd_w = np.sqrt(np.sum(np.square(sens), axis=0))
+    # One row per perturbation: how every power moves together. Phases that trade energy
+    # under a perturbation (a grid shift moves joules from one neighbour to the next) then
+    # cancel in a joint row's or a stalled phase's sum instead of adding in quadrature.
+    sens_w = np.array(sens)
+    sys_sd_w = np.sqrt(np.sum(np.square(sens_w), axis=0))
 
     # Steps in lockstep with every grid the rows sit on repeat the same few equations: the fit
     # then leans on details of the sensor model that the interval does not capture. Widen it
@@ -397,11 +401,11 @@ def _attribute(
     col_of = {timeline.names[j]: i for i, j in enumerate(cols)}
     terms = _terms(reported, split, col_of)
     results, step_e, step_lo, step_hi = _phase_results(
-        reported, cols, power, boot, sys_sd_w, cover, cfg, device, widen, ceiling_w, terms
+        reported, cols, power, boot, sens_w, cover, cfg, device, widen, ceiling_w, terms
     )
     results.extend(
         _joint_results(
-            reported, cols, power, boot, sys_sd_w, cfg, device, widen, results, step_e, terms
+            reported, cols, power, boot, sens_w, cfg, device, widen, results, step_e, terms
         )
     )
     resid = y - x @ power
@@ -462,15 +466,16 @@ def _attribute(
     )
 
 
-def _energy_interval(power, boot, sys_sd_w, idx, t_s, cfg, widen=1.0):
+def _energy_interval(power, boot, sens_w, idx, t_s, cfg, widen=1.0):
     """Energy of the columns `idx` over times `t_s` (s), and its interval: the bootstrap's
-    quantiles combined with the systematic spread (sensor-model uncertainty), half-widths
-    times `widen`, never narrower than ± cfg.min_rel_halfwidth of the estimate."""
+    quantiles combined with the systematic spread (sensor-model uncertainty: `sens_w`, one row
+    per perturbation of the sensor model, the powers' joint response), half-widths times
+    `widen`, never narrower than ± cfg.min_rel_halfwidth of the estimate."""
     alpha = 1.0 - cfg.confidence
     z = float(norm.ppf(1 - alpha / 2))
     e = float(power[idx] @ t_s)
     q_lo, q_hi = np.quantile(boot[:, idx] @ t_s, [alpha / 2, 1 - alpha / 2])
-    s_j = z * float(np.sqrt(np.sum((sys_sd_w[idx] * t_s) ** 2)))
+    s_j = z * float(np.sqrt(np.sum((np.atleast_2d(sens_w)[:, idx] @ t_s) ** 2)))
     floor = cfg.min_rel_halfwidth * e
     lo = e - max(widen * float(np.hypot(max(e - q_lo, 0.0), s_j)), floor)
     hi = e + max(widen * float(np.hypot(max(q_hi - e, 0.0), s_j)), floor)
@@ -494,7 +499,7 @@ def _phase_results(
     cols,
     power,
     boot,
-    sys_sd_w,
+    sens_w,
     cover,
     cfg,
     device,
@@ -516,7 +521,7 @@ def _phase_results(
     in_step = [n for n in timeline.in_step_labels if n in col_of]
     # Energy of the whole analysed steps: well determined even where its split is not.
     idx, t_vec = terms(in_step)
-    step_e, step_lo, step_hi = _energy_interval(power, boot, sys_sd_w, idx, t_vec, cfg)
+    step_e, step_lo, step_hi = _energy_interval(power, boot, sens_w, idx, t_vec, cfg)
 
     results: list[PhaseResult] = []
     for name in timeline.order:
@@ -528,7 +533,7 @@ def _phase_results(
         i = col_of[name]
         n_cover = int(cover[cols[i]])
         idx, t = terms([name])
-        e, lo, hi = _energy_interval(power, boot, sys_sd_w, idx, t, cfg, widen)
+        e, lo, hi = _energy_interval(power, boot, sens_w, idx, t, cfg, widen)
         why = None
         if n_cover < cfg.min_rows:
             why = f"only {n_cover} sensor intervals overlap it (need {cfg.min_rows})"
@@ -607,7 +612,7 @@ def _nested(a: str, b: str) -> bool:
 
 
 def _joint_results(
-    timeline, cols, power, boot, sys_sd_w, cfg, device, widen, results, step_e, terms=None
+    timeline, cols, power, boot, sens_w, cfg, device, widen, results, step_e, terms=None
 ):
     """Rows for phases the fit cannot split but can weigh together.
 
@@ -644,7 +649,7 @@ def _joint_results(
         done.add(best)
         members = [p for p in timeline.order if p in best]
         idx, t = terms(members)
-        e, lo, hi = _energy_interval(power, boot, sys_sd_w, idx, t, cfg, widen)
+        e, lo, hi = _energy_interval(power, boot, sens_w, idx, t, cfg, widen)
         if e <= 0 or hi - lo > e:
             continue
         time_s = float(sum(timeline.time_s[p] for p in members))
