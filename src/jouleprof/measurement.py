@@ -67,6 +67,9 @@ class MeasureConfig:
     """Also read CPU package/DRAM energy through Linux powercap where readable."""
     kind: str = "measure"
     """What produced the run, written to run.json."""
+    power_buffer: bool = False
+    """Also copy NVML's power-sample buffer (~20 ms samples) to power_buffer.csv, read once a
+    second (`sensors.nvml_buffer`): recorded for analysis, used by no figure yet."""
     simulate_gpu_w: float | None = None
     """Testing aid: also measure a simulated GPU ("sim0") drawing this constant power through
     the realistic sensor model, so the whole path can be exercised on a machine without a GPU."""
@@ -217,8 +220,10 @@ def measure(
         record.extra["gpu_sharing"] = [_gpu_sharing(discovery.sensors, "start")]
         status = RunStatus.INCOMPLETE
         sampler.start()
+        buffer = None
         idle = None
         try:
+            buffer = _power_buffer(cfg, discovery.sensors, clock, run_dir.path, record)
             if cfg.idle_s > 0 and sampler.devices:
                 t0 = clock.now_s()
                 clock.sleep_s(cfg.idle_s)
@@ -241,12 +246,30 @@ def measure(
                     sampler.densify(TAIL_S, read_now=True)
                     clock.sleep_s(TAIL_S)
         finally:
+            if buffer is not None:
+                record.extra["power_buffer"] = buffer.stop()
             sampler.stop()
             writer.close()
             record.extra["gpu_sharing"].append(_gpu_sharing(discovery.sensors, "end"))
             _finish(m, idle, status, discovery)
     finally:
         discovery.close()
+
+
+def _power_buffer(cfg: MeasureConfig, sensors, clock, path: Path, record: RunRecord):
+    """A PowerBufferRecorder over the measured NVIDIA GPUs when asked for; None otherwise (with
+    a note saying why when it was asked for)."""
+    if not cfg.power_buffer:
+        return None
+    from jouleprof.sensors.nvml import NvmlSensor
+    from jouleprof.sensors.nvml_buffer import POWER_BUFFER_CSV, PowerBufferRecorder
+
+    nvml = [s for s in sensors if isinstance(s, NvmlSensor)]
+    if not nvml:
+        record.notes.append("power buffer not recorded: no NVIDIA GPU is measured")
+        return None
+    handles = {d: s.handle(d) for s in nvml for d in s.devices}
+    return PowerBufferRecorder(nvml[0].nv, handles, clock, path / POWER_BUFFER_CSV)
 
 
 def _finish(m: Measurement, idle: Interval | None, status: RunStatus, discovery) -> None:

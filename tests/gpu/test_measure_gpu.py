@@ -52,3 +52,28 @@ def test_measure_matmul_load_counter_agrees_with_power(tmp_path):
     rec = json.loads((tmp_path / "run" / "run.json").read_text())
     assert rec["status"] == "complete"
     assert rec["extra"]["sampler"]["n_counter_reads"] > 0
+
+
+def test_measure_copies_nvmls_power_buffer(tmp_path):
+    # The driver's ~20 ms power samples (benchmarks/results/nvml_read_cost), copied beside the
+    # run: dense, on the run's clock, and in the same watts as the counter's average.
+    import pandas as pd
+
+    pytest.importorskip("torch")
+    run = tmp_path / "run"
+    cmd = [sys.executable, "-m", "jouleprof.cli.main", "measure", "--gpus", "0", "--out"]
+    cmd += [str(run), "--idle-s", "0.5", "--power-buffer", "--"]
+    cmd += [sys.executable, str(LOAD), "--seconds", "4"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stderr
+    rec = json.loads((run / "run.json").read_text())
+    assert rec["extra"]["power_buffer"]["n_samples"] > 100
+    pb = pd.read_csv(run / "power_buffer.csv")
+    gaps_ms = pb["t_s"].diff().dropna() * 1e3
+    assert 5 < gaps_ms.median() < 60
+    samples = pd.read_csv(run / "samples.csv")
+    assert samples["t_s"].min() - 1 < pb["t_s"].min() < pb["t_s"].max() < samples["t_s"].max() + 2
+    work = rec["extra"]["work_interval_s"]
+    inside = pb[(pb.t_s > work[0] + 0.5) & (pb.t_s < work[1] - 0.5)]
+    avg_w = rec["summary"]["gpu0.avg_power_w"]["value"]
+    assert inside["power_w"].mean() == pytest.approx(avg_w, rel=0.25)

@@ -22,7 +22,7 @@ import logging
 import os
 import time
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +70,8 @@ class CellConfig:
     attribution benchmarks: a workload whose steps vary (V-JEPA2's masks change the context
     length every batch) is then compared with isolation replays of that same batch. Off for
     studies, which measure training as it is."""
+    power_buffer: bool = False
+    """Also record NVML's ~20 ms power-sample buffer (power_buffer.csv), for analysis."""
     gpus: tuple[int, ...] | None = None
     """GPU indices to measure; None: the one the workload trains on (every visible GPU when
     the workload cannot say)."""
@@ -154,7 +156,10 @@ def run_cell(cfg: CellConfig, out: str | Path) -> Path:
     # The GPUs measured: those asked for, else the one the workload trains on (on a machine
     # with several, the idle ones would otherwise be counted in its energy per sample).
     gpus = cfg.gpus if cfg.gpus is not None else wl.gpus()
-    with measure(out, mode.measure_config(gpus, cfg.interval_s), run_config=run_config) as m:
+    mcfg = mode.measure_config(gpus, cfg.interval_s)
+    if cfg.power_buffer:
+        mcfg = replace(mcfg, power_buffer=True)
+    with measure(out, mcfg, run_config=run_config) as m:
         rec = m.record
         # Where the cell's wall time went, each part in seconds: before this function
         # (process start), opening the measurement (sensors, hardware record, idle

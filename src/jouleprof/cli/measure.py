@@ -78,6 +78,13 @@ def measure_cmd(
     idle_s: Annotated[
         float, typer.Option(help="Seconds of idle baseline before the command (0: none).")
     ] = 1.0,
+    power_buffer: Annotated[
+        bool,
+        typer.Option(
+            help="Also copy NVML's ~20 ms power-sample buffer to power_buffer.csv (read once a "
+            "second; for analysis, no figure uses it yet)."
+        ),
+    ] = False,
     rapl: Annotated[bool, typer.Option(help="Read CPU energy through RAPL if readable.")] = True,
     json_out: Annotated[
         bool,
@@ -121,6 +128,7 @@ def measure_cmd(
         idle_s=idle_s,
         rapl=rapl,
         simulate_gpu_w=simulate_gpu_w,
+        power_buffer=power_buffer,
     )
     code = 0
     interrupted = False

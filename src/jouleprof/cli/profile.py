@@ -47,6 +47,12 @@ def profile_cmd(
             "methods against isolation replays of that batch."
         ),
     ] = False,
+    power_buffer: Annotated[
+        bool,
+        typer.Option(
+            help="Also copy NVML's ~20 ms power-sample buffer to power_buffer.csv (for analysis)."
+        ),
+    ] = False,
     gpus: Annotated[
         str | None,
         typer.Option(help="GPU indices to measure (default: the one the workload trains on)."),
@@ -96,6 +102,7 @@ def profile_cmd(
             overhead_block_steps=overhead_block_steps,
             isolation_s=isolation_s if fine else 0.0,
             fixed_batch=fixed_batch,
+            power_buffer=power_buffer,
             gpus=parse_gpus(gpus),
             overrides=overrides,
         )

@@ -261,6 +261,11 @@ class NvmlSensor:
         """The NVML handle of `device`, for other NVML queries while the sensor is open."""
         return self._gpu(device).handle
 
+    @property
+    def nv(self) -> Any:
+        """The pynvml module this sensor initialised (valid until `close`)."""
+        return self._nv
+
     def _gpu(self, device: str) -> _Gpu:
         if self._closed:
             raise SensorError(f"reading {device}: the NVML sensor is closed — open a new one")
