@@ -49,7 +49,7 @@ attr() {
   # One GPU, seen alone: on a two-GPU machine the idle one must not enter the figures.
   CUDA_VISIBLE_DEVICES=${ATTR_GPU:-0} $JP profile vjepa2 --preset "${PRESET:-vit_huge}" --batch-size "${BATCH:-8}" --mode fine \
       --duration-s "${ATTR_S:-30}" --isolation-s "${ISO_S:-6}" --overhead-pairs "${OV_PAIRS:-150}" --overhead-block-steps 1 \
-      --num-workers "${WORKERS:-12}" --fixed-batch --out /tmp/attr_vith_b8 2>&1 | tail -30
+      --num-workers "${WORKERS:-12}" --fixed-batch ${ATTR_FLAGS:-} --out /tmp/attr_vith_b8 2>&1 | tail -30
   python3 benchmarks/attribution_compare.py /tmp/attr_vith_b8 --json /tmp/attr_vith_b8/compare.json
   tar czf "$OUT/attr_vith_b8.tar.gz" -C /tmp attr_vith_b8
 }
@@ -148,12 +148,14 @@ case "${1:-}" in
     python3 -m pytest tests/gpu/test_nvml.py -q -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests_nvml.txt" | tail -3
     SAMPLER_REPS=${SAMPLER_REPS:-4} sampler ;;
   next)
-    # Session 5's first call (~4 min): NVML tests, sampler cost (20 ms four times), the kernel
-    # probe with NVML's power buffer, then e2e cells at batch 8 and 64 twice (edge counter fix).
+    # Session 5's first call (~7 min): NVML tests, sampler cost (20 ms four times), the kernel
+    # probe and the attribution run, both with NVML's power buffer, then e2e cells at batch 8
+    # and 64 twice (the edge counter fix) until DEADLINE_S.
     stamp next
     python3 -m pytest tests/gpu/test_nvml.py -q -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests_nvml.txt" | tail -3
     SAMPLER_S=${SAMPLER_S:-8} SAMPLER_REPS=${SAMPLER_REPS:-4} sampler; echo "--- $(elapsed) s"
     kernel_probe; echo "--- $(elapsed) s"
+    ATTR_FLAGS=--power-buffer attr; echo "--- $(elapsed) s"
     STUDY_NAME=cells BATCH_SIZES=${BATCH_SIZES:-8,64} MODES=${MODES:-e2e} REPS=${REPS:-2} study ;;
   attr) stamp attr; attr ;;
   study) stamp study; study ;;

@@ -8,7 +8,7 @@ each burst a phase "busy" recorded with CUDA events, read at 5 ms with the count
 refresh. The power then jumps between ~idle and near the limit at known instants that fall at
 every phase of the sensor's refresh, and each kernel predicts the instant readings differently.
 On a GPU it also keeps NVML's own power-sample buffer (one sample every ~20 ms) in
-RUN_DIR/power_buffer.csv, read once a second: the same edges time that signal too.
+RUN_DIR/power_buffer.csv (`MeasureConfig.power_buffer`): the same edges time that signal too.
 
     PYTHONPATH=src python3 benchmarks/kernel_probe.py --out RUN_DIR [--seconds 20]
     PYTHONPATH=src python3 benchmarks/instant_kernel.py RUN_DIR --json RUN_DIR/kernels.json
@@ -25,65 +25,6 @@ import torch
 
 from jouleprof import measure
 from jouleprof.timeline.recorder import PhaseRecorder
-
-
-class PowerBuffer:
-    """Reads NVML's power-sample buffer (`nvmlDeviceGetSamples`, one sample every ~20 ms, the
-    last ~2.4 s kept; benchmarks/results/nvml_read_cost) once a second on a thread, so that
-    the probe's bursts can also show what window each buffered sample averages.
-
-    Rows: the sample's time on the run's clock (its driver timestamp, µs of wall time, mapped
-    through a wall/run clock pair taken at start), its power, the raw timestamp.
-    """
-
-    def __init__(self, clock, gpu: int = 0, every_s: float = 1.0, nv=None) -> None:
-        import threading
-
-        if nv is None:
-            import pynvml as nv
-
-        self._nv, self._clock, self._every = nv, clock, every_s
-        nv.nvmlInit()
-        self._h = nv.nvmlDeviceGetHandleByIndex(gpu)
-        self._wall0, self._run0 = time.time(), clock.now_s()
-        self._last_us = int(self._wall0 * 1e6)
-        self.rows: list[tuple[float, float, int]] = []
-        self.errors: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-        self._thread.start()
-
-    def _read(self) -> None:
-        nv = self._nv
-        try:
-            vtype, samples = nv.nvmlDeviceGetSamples(
-                self._h, nv.NVML_TOTAL_POWER_SAMPLES, self._last_us
-            )
-        except Exception as e:  # NVML's NOT_FOUND: no new sample since the last read
-            self.errors.append(repr(e))
-            return
-        member = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal"}.get(vtype, "uiVal")
-        for smp in samples:
-            ts = int(smp.timeStamp)
-            if ts <= self._last_us:
-                continue
-            t_run = self._run0 + (ts / 1e6 - self._wall0)
-            self.rows.append((t_run, getattr(smp.sampleValue, member) / 1e3, ts))
-        if self.rows:
-            self._last_us = max(self._last_us, self.rows[-1][2])
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self._every):
-            self._read()
-
-    def close(self, path: Path) -> None:
-        self._stop.set()
-        self._thread.join()
-        self._read()
-        self._nv.nvmlShutdown()
-        with open(path, "w") as f:
-            f.write("t_s,power_w,timestamp_us\n")
-            f.writelines(f"{t:.6f},{w:.3f},{ts}\n" for t, w, ts in self.rows)
 
 
 def main() -> None:
@@ -103,7 +44,9 @@ def main() -> None:
     dev = "cpu" if a.cpu_dry_run else "cuda"
     sync = (lambda: None) if a.cpu_dry_run else torch.cuda.synchronize
     where = (
-        {"gpus": (), "simulate_gpu_w": 300.0, "idle_s": 0.2} if a.cpu_dry_run else {"gpus": (0,)}
+        {"gpus": (), "simulate_gpu_w": 300.0, "idle_s": 0.2}
+        if a.cpu_dry_run
+        else {"gpus": (0,), "power_buffer": True}
     )
     rng = random.Random(a.seed)
     x = torch.randn(a.n, a.n, device=dev, dtype=torch.bfloat16)
@@ -122,12 +65,6 @@ def main() -> None:
     ) as m:
         rec = PhaseRecorder(m.clock, m.span_writer(), record=m.record)
         m.record.extra["matmul_s"] = per_mm_s
-        buffer = None
-        if not a.cpu_dry_run:
-            try:  # an extra: the probe's own figures must not depend on it
-                buffer = PowerBuffer(m.clock)
-            except Exception as e:
-                m.record.extra["power_buffer"] = {"error": repr(e)}
         t_end = time.perf_counter() + a.seconds
         while time.perf_counter() < t_end:
             busy_s, idle_s = rng.uniform(0.010, 0.060), rng.uniform(0.020, 0.080)
@@ -137,9 +74,6 @@ def main() -> None:
             sync()  # the GPU really idles during the gap
             time.sleep(idle_s)
         rec.close()
-        if buffer is not None:
-            buffer.close(a.out / "power_buffer.csv")
-            m.record.extra["power_buffer"] = {"n": len(buffer.rows), "errors": buffer.errors[:5]}
     print(f"run directory: {a.out} (matmul {per_mm_s * 1e3:.2f} ms)")
 
 
