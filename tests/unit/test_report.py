@@ -471,3 +471,15 @@ def test_phase_energy_legend_names_every_method_even_when_its_first_phase_is_unr
     figures.phase_energy_plot(pd.DataFrame(rows), tmp_path)
     legend = seen["fig"].axes[0].get_legend()
     assert [t.get_text() for t in legend.get_texts()] == ["proportional", "regression"]
+
+
+def test_run_notes_say_which_regression_model_was_chosen():
+    from jouleprof.report.tables import run_notes
+    from jouleprof.types import RunRecord, RunStatus
+
+    rec = RunRecord(run_id="r", kind="cell", status=RunStatus.COMPLETE)
+    choice = {"chosen": "stall", "residual_rms_w": {"plain": 53.7, "stall": 42.6}}
+    rec.extra["attribution"] = {"regression": {"ok": True, "model": {"gpu0": choice}}}
+    notes = run_notes(rec)
+    assert any("gpu0: phase energy by regression with the stall model" in n for n in notes)
+    assert any("53.7 W with one power per phase, 42.6 W" in n for n in notes)

@@ -185,9 +185,16 @@ def attribute_cell(rd: RunDir) -> dict[str, Any]:
             continue
         df = res.to_frame()
         rd.write_phases(df, f"phases_{method}.csv")
+        status[method] = {"ok": True}
         if method == "regression":
             rd.write_phases(df)  # phases.csv is the regression's
-        status[method] = {"ok": True}
+            choices = {
+                d.device: d.diagnostics["stall_model_choice"]
+                for d in res.devices
+                if "stall_model_choice" in d.diagnostics
+            }
+            if choices:
+                status[method]["model"] = choices
     return status
 
 

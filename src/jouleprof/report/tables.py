@@ -440,6 +440,13 @@ def run_notes(record: RunRecord) -> list[str]:
     for method, st in (ex.get("attribution") or {}).items():
         if isinstance(st, dict) and not st.get("ok", True):
             notes.append(f"attribution by {method} not possible: {st.get('reason')}")
+        for device, ch in ((st or {}).get("model") or {}).items() if isinstance(st, dict) else ():
+            res = ch.get("residual_rms_w") or {}
+            notes.append(
+                f"{device}: phase energy by regression with the {ch.get('chosen')} model "
+                f"(residual RMS {res.get('plain', float('nan')):.1f} W with one power per "
+                f"phase, {res.get('stall', float('nan')):.1f} W with work plus host stalls)"
+            )
     if isinstance(ex.get("attribution"), dict) and ex["attribution"].get("reason"):
         notes.append(f"no phase attribution: {ex['attribution']['reason']}")
     for err in (ex.get("sampler") or {}).get("errors") or []:
