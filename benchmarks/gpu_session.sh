@@ -149,14 +149,15 @@ case "${1:-}" in
     SAMPLER_REPS=${SAMPLER_REPS:-4} sampler ;;
   next)
     # Session 5's first call (~7 min): NVML tests, sampler cost (20 ms four times), the kernel
-    # probe and the attribution run, both with NVML's power buffer, then e2e cells at batch 8
-    # and 64 twice (the edge counter fix) until DEADLINE_S.
+    # probe and the attribution run, both with NVML's power buffer, then e2e and Zeus
+    # cross-check cells at batch 8 and 64 (the edge counter fix; carry zeus and httpx wheels
+    # in .whl) until DEADLINE_S.
     stamp next
     python3 -m pytest tests/gpu/test_nvml.py -q -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests_nvml.txt" | tail -3
     SAMPLER_S=${SAMPLER_S:-8} SAMPLER_REPS=${SAMPLER_REPS:-4} sampler; echo "--- $(elapsed) s"
     kernel_probe; echo "--- $(elapsed) s"
     ATTR_FLAGS=--power-buffer attr; echo "--- $(elapsed) s"
-    STUDY_NAME=cells BATCH_SIZES=${BATCH_SIZES:-8,64} MODES=${MODES:-e2e} REPS=${REPS:-2} study ;;
+    STUDY_NAME=cells BATCH_SIZES=${BATCH_SIZES:-8,64} MODES=${MODES:-e2e,zeus} REPS=${REPS:-1} study ;;
   attr) stamp attr; attr ;;
   study) stamp study; study ;;
   *) echo "usage: $0 core|first|par|alone|replay|cells|options|probe|sampler|next|diag|attr|study" >&2; exit 2 ;;
