@@ -94,6 +94,24 @@ def test_on_a_host_paced_step_the_stall_model_is_chosen_and_puts_the_backward_ba
     assert any("model: stall" in n for n in dev.notes)
 
 
+def test_a_phase_beside_an_unphysical_fit_is_not_reported_alone(tmp_path):
+    # The 5 ms optimizer beside the 3 ms EMA, 300 host-paced steps: the EMA is fitted above any
+    # power the sensor read, so the optimizer's own figure traded energy with it (it came out
+    # "resolved" at half its true energy, the truth outside its interval). Only the pair is
+    # measured, and the optimizer says why.
+    run = simulate_training(STALLED, 300, seed=0, span_noise_s=20e-6)
+    run.samples_frame().to_csv(tmp_path / "samples.csv", index=False)
+    pd.DataFrame([asdict(s) for s in run.spans]).to_csv(tmp_path / "spans.csv", index=False)
+    dev = attribute(tmp_path, "regression", None, 0).devices[0]
+    rows = {p.phase: p for p in dev.phases}
+    assert not rows["ema"].resolved and "above any" in rows["ema"].note
+    assert not rows["optimizer"].resolved
+    assert "neighbour ema" in rows["optimizer"].note and "optimizer+ema" in rows["optimizer"].note
+    pair = rows["optimizer+ema"]
+    truth = run.true_energy_j["optimizer"] + run.true_energy_j["ema"]
+    assert pair.resolved and pair.energy_j == pytest.approx(truth, rel=0.10)
+
+
 def test_on_steady_phases_the_plain_model_stays(tmp_path):
     run = _run_dir(tmp_path, STEADY)
     auto = attribute(tmp_path, "regression", None, 0)

@@ -78,6 +78,10 @@ from jouleprof.sensors.refresh import RefreshEstimate
 log = logging.getLogger(__name__)
 
 METHOD = "regression"
+_PINNED = "the fit pins its power at 0 W"
+_ABOVE = "is above any the sensor read"
+_UNPHYSICAL = (_PINNED, _ABOVE)
+"""How an unresolved phase's note says its fit is unphysical (`_demote_partners` reads it)."""
 _GAIN_PRIOR_SD = 0.05  # the power fields' scale relative to the counter: ±5 % a priori
 
 
@@ -403,11 +407,10 @@ def _attribute(
     results, step_e, step_lo, step_hi = _phase_results(
         reported, cols, power, boot, sens_w, cover, cfg, device, widen, ceiling_w, terms
     )
-    results.extend(
-        _joint_results(
-            reported, cols, power, boot, sens_w, cfg, device, widen, results, step_e, terms
-        )
+    joint = _joint_results(
+        reported, cols, power, boot, sens_w, cfg, device, widen, results, step_e, terms
     )
+    results = _demote_partners(results, joint, reported.n_steps, device) + joint
     resid = y - x @ power
     diagnostics = {
         "n_rows": len(rows),
@@ -538,10 +541,10 @@ def _phase_results(
         if n_cover < cfg.min_rows:
             why = f"only {n_cover} sensor intervals overlap it (need {cfg.min_rows})"
         elif power[i] <= 0:
-            why = "the fit pins its power at 0 W: the data cannot separate it from its neighbours"
+            why = f"{_PINNED}: the data cannot separate it from its neighbours"
         elif ceiling_w is not None and power[i] > ceiling_w:
             why = (
-                f"its fitted power {power[i]:.0f} W is above any the sensor read "
+                f"its fitted power {power[i]:.0f} W {_ABOVE} "
                 f"(ceiling {ceiling_w:.0f} W): it absorbs a neighbour's energy"
             )
         elif hi - lo > e:
@@ -676,6 +679,34 @@ def _joint_results(
             )
         )
     return out
+
+
+def _demote_partners(results, joint, n_steps: int, device: str):
+    """A phase whose back-to-back partner's fit is unphysical (pinned at 0 W, or above any power
+    the sensor read) has traded energy with it: its own figure is not a measurement either,
+    only their sum (the joint row) is. On a simulated host-paced step the optimizer came out
+    "resolved" at half its true energy, truth outside its interval, while the EMA beside it
+    was fitted at 1046 W; the pair was within 7 %."""
+    by_name = {r.phase: r for r in results}
+    demote: dict[str, str] = {}
+    for row in joint:
+        members = row.phase.split("+")
+        for a in members:
+            for b in members:
+                ra, rb = by_name.get(a), by_name.get(b)
+                if a == b or ra is None or rb is None or not ra.resolved or rb.resolved:
+                    continue
+                if any(m in (rb.note or "") for m in _UNPHYSICAL):
+                    demote[a] = (
+                        f"its neighbour {b}'s fit is unphysical ({rb.note}), so the two traded "
+                        f"energy: only {row.phase} is measured"
+                    )
+    return [
+        unresolved(r.phase, r.time_s, n_steps, METHOD, demote[r.phase], device)
+        if r.phase in demote
+        else r
+        for r in results
+    ]
 
 
 def _refresh_coverage(timeline: Timeline, grid: RefreshEstimate, bins: int = 20) -> float:
