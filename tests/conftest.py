@@ -40,3 +40,24 @@ def _private_cache_dir(tmp_path_factory):
     os.environ["JOULEPROF_CACHE_DIR"] = str(tmp_path_factory.mktemp("jouleprof_cache"))
     yield
     del os.environ["JOULEPROF_CACHE_DIR"]
+
+
+@pytest.fixture(scope="session")
+def load_benchmark():
+    """Import a script of benchmarks/ by name (they are scripts, not a package; the folder
+    goes on sys.path for the ones that import each other)."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parents[1] / "benchmarks"
+
+    def load(name: str):
+        if str(folder) not in sys.path:
+            sys.path.insert(0, str(folder))
+        spec = importlib.util.spec_from_file_location(name, folder / f"{name}.py")
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        return mod
+
+    return load

@@ -9,28 +9,12 @@ puts the backward back.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from dataclasses import asdict
-from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from jouleprof.sensors.simulated_workload import PhaseSpec, simulate_training
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _script():
-    sys.path.insert(0, str(ROOT / "benchmarks"))  # it imports attribution_compare
-    spec = importlib.util.spec_from_file_location(
-        "affine_phase_fit", ROOT / "benchmarks" / "affine_phase_fit.py"
-    )
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
 
 PHASES = [
     PhaseSpec("data", 0.0014, 150, 0.02),
@@ -61,8 +45,10 @@ def test_a_stalled_phase_holds_its_waits_in_its_span_and_its_energy():
         PhaseSpec("x", 0.01, 100, stall_s=-1)
 
 
-def test_constant_power_misplaces_a_host_paced_backward_and_fixed_work_plus_stall_does_not():
-    af = _script()
+def test_constant_power_misplaces_a_host_paced_backward_and_fixed_work_plus_stall_does_not(
+    load_benchmark,
+):
+    af = load_benchmark("affine_phase_fit")
     run = simulate_training(PHASES, 150, seed=0, span_noise_s=20e-6)
     samples = run.samples_frame()
     spans = pd.DataFrame([asdict(s) for s in run.spans])

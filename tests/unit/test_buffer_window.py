@@ -6,9 +6,7 @@ before its timestamp, under a square load of recorded bursts (kernel_probe.py's 
 
 from __future__ import annotations
 
-import importlib.util
 from dataclasses import asdict
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -16,20 +14,9 @@ import pytest
 
 from jouleprof.sensors.simulated_workload import PhaseSpec, simulate_training
 
-ROOT = Path(__file__).resolve().parents[2]
 
-
-def _script():
-    spec = importlib.util.spec_from_file_location(
-        "buffer_window", ROOT / "benchmarks" / "buffer_window.py"
-    )
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def test_the_buffers_own_window_and_lag_fit_best():
-    bw = _script()
+def test_the_buffers_own_window_and_lag_fit_best(load_benchmark):
+    bw = load_benchmark("buffer_window")
     run = simulate_training(
         [PhaseSpec("busy", 0.035, 650.0, 0.3), PhaseSpec("rest", 0.05, 90.0, 0.3)], 120, seed=4
     )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -12,16 +11,7 @@ from jouleprof.sensors.simulated_workload import PhaseSpec, simulate_training
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _instant_kernel():
-    spec = importlib.util.spec_from_file_location(
-        "instant_kernel", ROOT / "benchmarks" / "instant_kernel.py"
-    )
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def test_a_square_load_singles_out_the_sensors_own_kernel(tmp_path):
+def test_a_square_load_singles_out_the_sensors_own_kernel(tmp_path, load_benchmark):
     # kernel_probe.py's load on the simulated GPU, whose instant field is a 25 ms boxcar.
     run = simulate_training(
         [PhaseSpec("busy", 0.035, 650.0), PhaseSpec("rest", 0.05, 90.0)],
@@ -31,14 +21,14 @@ def test_a_square_load_singles_out_the_sensors_own_kernel(tmp_path):
     )
     run.samples_frame().to_csv(tmp_path / "samples.csv", index=False)
     run.spans_frame().to_csv(tmp_path / "spans.csv", index=False)
-    fits = _instant_kernel().fit_kernels(tmp_path)
+    fits = load_benchmark("instant_kernel").fit_kernels(tmp_path)
     ranked = sorted(fits, key=lambda k: fits[k]["instant_residual_w"])
     assert ranked[0] == "box25"
     assert fits[ranked[1]]["instant_residual_w"] > 1.2 * fits["box25"]["instant_residual_w"]
     assert abs(fits["box25"]["power_w"]["busy"] - 650.0) < 20.0
 
 
-def test_kernel_probe_script_runs_end_to_end_on_the_cpu(tmp_path):
+def test_kernel_probe_script_runs_end_to_end_on_the_cpu(tmp_path, load_benchmark):
     # The GPU run once died on an import (`from jouleprof import measure` gave the module):
     # the script's whole path, and instant_kernel.py on what it writes, run here first.
     import subprocess
@@ -56,6 +46,6 @@ def test_kernel_probe_script_runs_end_to_end_on_the_cpu(tmp_path):
         timeout=300,
     )
     assert r.returncode == 0, r.stderr
-    fit = _instant_kernel().fit_kernels(out)
-    assert set(fit) == set(_instant_kernel().KERNELS)
+    fit = load_benchmark("instant_kernel").fit_kernels(out)
+    assert set(fit) == set(load_benchmark("instant_kernel").KERNELS)
     assert all({"busy"} <= set(k["power_w"]) for k in fit.values())

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -11,16 +10,9 @@ ROOT = Path(__file__).resolve().parents[2]
 RUN = ROOT / "benchmarks" / "results" / "attr_vith_b8" / "run2"
 
 
-def _lag_scan():
-    spec = importlib.util.spec_from_file_location("lag_scan", ROOT / "benchmarks" / "lag_scan.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 @pytest.mark.skipif(not (RUN / "samples.csv").is_file(), reason="committed H200 run not present")
-def test_shifting_spans_by_a_fifth_of_a_step_raises_the_residual():
-    ls = _lag_scan()
+def test_shifting_spans_by_a_fifth_of_a_step_raises_the_residual(load_benchmark):
+    ls = load_benchmark("lag_scan")
     assert ls._lags("-4:4:4") == [-4.0, 0.0, 4.0]
     rows = {r["lag_ms"]: r for r in ls.scan(RUN, [0.0, 40.0])}
     assert rows[40.0]["residual_rms_w"] > 1.2 * rows[0.0]["residual_rms_w"]
