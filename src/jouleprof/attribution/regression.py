@@ -78,10 +78,6 @@ from jouleprof.sensors.refresh import RefreshEstimate
 log = logging.getLogger(__name__)
 
 METHOD = "regression"
-_PINNED = "the fit pins its power at 0 W"
-_ABOVE = "is above any the sensor read"
-_UNPHYSICAL = (_PINNED, _ABOVE)
-"""How an unresolved phase's note says its fit is unphysical (`_demote_partners` reads it)."""
 _GAIN_PRIOR_SD = 0.05  # the power fields' scale relative to the counter: ±5 % a priori
 
 
@@ -404,13 +400,13 @@ def _attribute(
     ceiling_w = _power_ceiling_w(dev, timeline)
     col_of = {timeline.names[j]: i for i, j in enumerate(cols)}
     terms = _terms(reported, split, col_of)
-    results, step_e, step_lo, step_hi = _phase_results(
-        reported, cols, power, boot, sens_w, cover, cfg, device, widen, ceiling_w, terms
+    results, step_e, step_lo, step_hi, unphysical = _phase_results(
+        reported, cols, col_of, terms, power, boot, sens_w, cover, cfg, device, widen, ceiling_w
     )
     joint = _joint_results(
-        reported, cols, power, boot, sens_w, cfg, device, widen, results, step_e, terms
+        reported, col_of, terms, power, boot, sens_w, cfg, device, widen, results, step_e
     )
-    results = _demote_partners(results, joint, reported.n_steps, device) + joint
+    results = _demote_partners(results, joint, unphysical, reported.n_steps, device) + joint
     resid = y - x @ power
     diagnostics = {
         "n_rows": len(rows),
@@ -498,35 +494,24 @@ def _terms(timeline: Timeline, split: StallSplit | None, col_of: dict[str, int])
 
 
 def _phase_results(
-    timeline,
-    cols,
-    power,
-    boot,
-    sens_w,
-    cover,
-    cfg,
-    device,
-    widen=1.0,
-    ceiling_w=None,
-    terms=None,
+    timeline, cols, col_of, terms, power, boot, sens_w, cover, cfg, device, widen, ceiling_w
 ):
-    """One PhaseResult per label, resolved or not; and the analysed steps' energy with bounds.
+    """One PhaseResult per label of the reported `timeline`, resolved or not; the analysed
+    steps' energy with bounds; and the labels whose fitted power is unphysical.
 
+    `col_of`: fitted label → index into `cols` and `power` (the stall model adds "stall").
+    `terms`: names → (columns, seconds) of their energy (`_terms`).
     `widen` multiplies each interval's half-widths (lockstep: see attribute_regression).
     `ceiling_w`: a fitted power above it is not physical (see `_power_ceiling_w`).
-    `terms`: names → (columns, seconds) of their energy (`_terms`; default: each label's
-    column over its time). `cols` index the fitted timeline's names, which may extend the
-    reported `timeline`'s (the stall model appends "stall").
     """
     n_steps = timeline.n_steps
-    col_of = {timeline.names[j]: i for i, j in enumerate(cols) if j < len(timeline.names)}
-    terms = terms or _terms(timeline, None, col_of)
     in_step = [n for n in timeline.in_step_labels if n in col_of]
     # Energy of the whole analysed steps: well determined even where its split is not.
     idx, t_vec = terms(in_step)
     step_e, step_lo, step_hi = _energy_interval(power, boot, sens_w, idx, t_vec, cfg)
 
     results: list[PhaseResult] = []
+    unphysical: set[str] = set()
     for name in timeline.order:
         time_s = timeline.time_s[name]
         if name not in col_of:
@@ -541,12 +526,14 @@ def _phase_results(
         if n_cover < cfg.min_rows:
             why = f"only {n_cover} sensor intervals overlap it (need {cfg.min_rows})"
         elif power[i] <= 0:
-            why = f"{_PINNED}: the data cannot separate it from its neighbours"
+            why = "the fit pins its power at 0 W: the data cannot separate it from its neighbours"
+            unphysical.add(name)
         elif ceiling_w is not None and power[i] > ceiling_w:
             why = (
-                f"its fitted power {power[i]:.0f} W {_ABOVE} "
+                f"its fitted power {power[i]:.0f} W is above any the sensor read "
                 f"(ceiling {ceiling_w:.0f} W): it absorbs a neighbour's energy"
             )
+            unphysical.add(name)
         elif hi - lo > e:
             why = (
                 f"its {100 * cfg.confidence:.0f}% interval [{lo:.4g}, {hi:.4g}] J is wider than "
@@ -574,7 +561,7 @@ def _phase_results(
                 n_steps,
             )
         )
-    return results, step_e, step_lo, step_hi
+    return results, step_e, step_lo, step_hi, unphysical
 
 
 CEILING_MARGIN = 1.15
@@ -615,7 +602,7 @@ def _nested(a: str, b: str) -> bool:
 
 
 def _joint_results(
-    timeline, cols, power, boot, sens_w, cfg, device, widen, results, step_e, terms=None
+    timeline, col_of, terms, power, boot, sens_w, cfg, device, widen, results, step_e
 ):
     """Rows for phases the fit cannot split but can weigh together.
 
@@ -626,8 +613,6 @@ def _joint_results(
     bootstrap (where the two trade energy, their sum stays put). Named "a+b" (step order),
     resolved when its interval is narrower than its estimate.
     """
-    col_of = {timeline.names[j]: i for i, j in enumerate(cols) if j < len(timeline.names)}
-    terms = terms or _terms(timeline, None, col_of)
     in_step = set(timeline.in_step_labels)
     unresolved_in_step = [
         r.phase for r in results if not r.resolved and r.phase in col_of and r.phase in in_step
@@ -681,12 +666,12 @@ def _joint_results(
     return out
 
 
-def _demote_partners(results, joint, n_steps: int, device: str):
+def _demote_partners(results, joint, unphysical: set[str], n_steps: int, device: str):
     """A phase whose back-to-back partner's fit is unphysical (pinned at 0 W, or above any power
-    the sensor read) has traded energy with it: its own figure is not a measurement either,
-    only their sum (the joint row) is. On a simulated host-paced step the optimizer came out
-    "resolved" at half its true energy, truth outside its interval, while the EMA beside it
-    was fitted at 1046 W; the pair was within 7 %."""
+    the sensor read: `unphysical`) has traded energy with it: its own figure is not a
+    measurement either, only their sum (the joint row) is. On a simulated host-paced step the
+    optimizer came out "resolved" at half its true energy, truth outside its interval, while
+    the EMA beside it was fitted at 1046 W; the pair was within 7 %."""
     by_name = {r.phase: r for r in results}
     demote: dict[str, str] = {}
     for row in joint:
@@ -694,9 +679,9 @@ def _demote_partners(results, joint, n_steps: int, device: str):
         for a in members:
             for b in members:
                 ra, rb = by_name.get(a), by_name.get(b)
-                if a == b or ra is None or rb is None or not ra.resolved or rb.resolved:
+                if a == b or ra is None or rb is None or not ra.resolved:
                     continue
-                if any(m in (rb.note or "") for m in _UNPHYSICAL):
+                if b in unphysical:
                     demote[a] = (
                         f"its neighbour {b}'s fit is unphysical ({rb.note}), so the two traded "
                         f"energy: only {row.phase} is measured"
