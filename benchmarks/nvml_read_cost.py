@@ -4,8 +4,9 @@ The sampler's CPU cost at 20 ms (issue: measurement core, target < 1 % of a core
 thread wake-ups and NVML reads. This measures each part alone on the GPU's host:
 
 - CPU (time.thread_time) and wall time per call of: the instant-power field through pynvml
-  (which builds a ctypes array per call), the same field through a preallocated array and the
-  function pointer, nvmlDeviceGetPowerUsage, the five slow fields, the energy counter;
+  (which builds a ctypes array per call), the same field through the sampler's reader
+  (`sensors.nvml.instant_field_reader`: one preallocated array and the function pointer),
+  nvmlDeviceGetPowerUsage, the five slow fields, the energy counter;
 - CPU per wake-up of a thread sleeping 20 ms;
 - nvmlDeviceGetSamples(NVML_TOTAL_POWER_SAMPLES): how many samples the driver buffers, how far
   apart, and whether they follow the instant field, under a 300 ms on / 300 ms off matmul load
@@ -19,14 +20,11 @@ Needs an NVIDIA GPU; writes one JSON file and prints a summary.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import statistics
 import threading
 import time
 from pathlib import Path
-
-POWER_INSTANT_FIELD = 186
 
 
 def per_call(fn, n: int) -> dict:
@@ -67,21 +65,18 @@ def main() -> None:
     import pynvml as nv
     import torch
 
-    from jouleprof.sensors.nvml import decode_field_value
+    from jouleprof.sensors.nvml import (
+        POWER_INSTANT_FIELD,
+        decode_field_value,
+        instant_field_reader,
+        union_value,
+    )
 
     nv.nvmlInit()
     h = nv.nvmlDeviceGetHandleByIndex(a.gpu)
     res: dict = {"started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "costs": {}}
 
-    arr = (nv.c_nvmlFieldValue_t * 1)()
-    arr[0].fieldId = POWER_INSTANT_FIELD
-    fv_fn = nv._nvmlGetFunctionPointer("nvmlDeviceGetFieldValues")
-    n_fields = ctypes.c_int32(1)
-    ref = ctypes.byref(arr)
-
-    def direct() -> float:
-        fv_fn(h, n_fields, ref)
-        return decode_field_value(arr[0])
+    direct = instant_field_reader(nv, h)  # what the sampler reads every poll
 
     def slow_set() -> None:
         nv.nvmlDeviceGetPowerUsage(h)
@@ -138,8 +133,7 @@ def main() -> None:
     th.join()
     try:
         vtype, samples = nv.nvmlDeviceGetSamples(h, nv.NVML_TOTAL_POWER_SAMPLES, t0_us)
-        union = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal"}.get(vtype, "uiVal")
-        buf = [(s.timeStamp / 1e6, getattr(s.sampleValue, union) / 1e3) for s in samples]
+        buf = [(s.timeStamp / 1e6, union_value(s.sampleValue, vtype) / 1e3) for s in samples]
         gaps_ms = [1e3 * (b[0] - a_[0]) for a_, b in zip(buf, buf[1:], strict=False)]
         res["samples_buffer"] = {
             "value_type": vtype,

@@ -56,9 +56,11 @@ class MeasureConfig:
     """Seconds between reads of the GPUs' slow fields: NVML's average power, utilization,
     memory used, SM clock and temperature (the instant power is read every interval_s). They
     change slowly: the average is over 1 s, utilization and temperature drift, and the caching
-    allocator's memory grows and stays, so peaks persist. Each set of these 5 NVML reads costs
-    the sampler's thread ~0.6 ms on the H200 host: every 0.1 s that was ~0.6 % of a core, over
-    half of the 20 ms sampler's 1.1 % (benchmarks/results/sampler_cost); every 0.5 s, ~0.1 %.
+    allocator's memory grows and stays, so peaks persist. Each set of these 5 NVML reads took
+    the sampler's thread ~0.6 ms on the H200 host, where a poll runs cold after its sleep (hot
+    it is 10 µs: benchmarks/results/nvml_read_cost): every 0.1 s that was ~0.6 % of a core,
+    over half of the 20 ms sampler's 1.1 % (benchmarks/results/sampler_cost); every 0.5 s,
+    ~0.1 %.
     A poll that reads the energy counter reads them too, so a run's edges have them every
     refresh. Phase attribution (fine mode) keeps 0.1 s, the refresh period."""
     idle_s: float = 1.0

@@ -16,8 +16,16 @@ from jouleprof.timeline.markers import PhaseMarker
 
 
 class Session(Protocol):
-    """One workload trained by a cell. Optionally also `data_wait_s`: host seconds spent
-    getting batches so far (the cell reports the measured segment's share as data_wait_pct)."""
+    """One workload trained by a cell. Optional attributes the cell reads where present:
+
+    - `data_wait_s`: host seconds spent getting batches so far (the cell reports the measured
+      segment's share as data_wait_pct);
+    - `setup_timing_s`: where the session's set-up went (run.json extra.setup_timing_s);
+    - `warmup_on_real_batches`: True where the warm-up must not replay one batch (a compiled
+      model must meet several shapes);
+    - `compiled_graphs()`: graphs torch.compile has compiled so far, or None (run.json
+      extra.compiled_graphs counts those of the warm-up and of the measured segment).
+    """
 
     samples_per_step: int
     device: Any

@@ -41,10 +41,11 @@ NOMINAL_REFRESH_S = 0.1  # documented update period of NVML power and energy on 
 # Read at every poll: the instant power, whose ~100 ms refresh edges the sampler must catch.
 # The "slow fields" (the 1 s running average power_w, utilization, memory used, SM clock,
 # temperature: 5 NVML calls) are read once per `slow_period_s` of the sensor, and with every
-# energy-counter read once they are a refresh old. On the H200's host a set of the 5 reads
-# costs the sampler's thread ~0.6 ms, against ~0.06 ms for the instant power
-# (benchmarks/results/sampler_cost/sampler_cost_1f648cf.json): at 10 Hz they were ~0.6 % of a
-# core, over half of the 20 ms sampler's 1.1 %. They change slowly (a 1 s average; the caching
+# energy-counter read once they are a refresh old. Inside the sampler on the H200's host, where
+# each poll runs cold just after its thread wakes, a set of the 5 reads took ~0.6 ms against
+# ~0.06 ms for the instant power (benchmarks/results/sampler_cost): at 10 Hz ~0.6 % of a core.
+# (Hot, in a tight loop, they cost 10 µs and 2.7 µs: benchmarks/results/nvml_read_cost.)
+# They change slowly (a 1 s average; the caching
 # allocator's memory grows and stays, so peaks persist), so `jouleprof measure` reads them
 # every 0.5 s (MeasureConfig.slow_fields_period_s); phase attribution (fine mode) keeps 0.1 s,
 # the period below, which stays the sensor's own default.
@@ -147,12 +148,18 @@ def map_nvml_error(err: Exception, what: str) -> SensorError:
     return cls(f"{what} failed: {fix}")
 
 
+def union_value(union: Any, value_type: int) -> float | None:
+    """The number in an nvmlValue_t union of nvmlValueType_t `value_type` (None: a type this
+    version does not know). Field values and buffered samples both carry one."""
+    member = _UNION_MEMBER.get(int(value_type))
+    return None if member is None else float(getattr(union, member))
+
+
 def decode_field_value(value: Any) -> float | None:
     """The number in an nvmlFieldValue_t, or None when NVML returned an error for that field."""
     if value.nvmlReturn != 0:
         return None
-    member = _UNION_MEMBER.get(value.valueType)
-    return None if member is None else float(getattr(value.value, member))
+    return union_value(value.value, value.valueType)
 
 
 def instant_field_reader(nv: Any, handle: Any) -> Callable[[], float | None]:

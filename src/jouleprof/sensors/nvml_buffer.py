@@ -27,9 +27,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from jouleprof.sensors.nvml import union_value
+
 POWER_BUFFER_CSV = "power_buffer.csv"
 POWER_BUFFER_COLUMNS = ("t_s", "device", "power_w", "timestamp_us")
-_UNION = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal"}
 
 
 class PowerBufferRecorder:
@@ -93,14 +94,13 @@ class PowerBufferRecorder:
             if len(self.errors) < 5 and str(e) not in self.errors:
                 self.errors.append(str(e))
             return 0
-        member = _UNION.get(int(vtype), "uiVal")
         new = 0
         for s in samples:
             ts = int(s.timeStamp)
-            if ts <= self._last_us[device]:
+            mw = union_value(s.sampleValue, vtype)
+            if ts <= self._last_us[device] or mw is None:
                 continue
             t_s = self._run0_s + (ts / 1e6 - self._wall0_s)
-            mw = float(getattr(s.sampleValue, member))
             self._writer.writerow((f"{t_s:.6f}", device, f"{mw / 1e3:.3f}", ts))
             self._last_us[device] = ts
             new += 1
