@@ -279,6 +279,15 @@ def _moved(jg: JitterGrid, shift_s: float, drift_s: float, center_s: float, half
     return replace(jg, grid=grid)
 
 
+@dataclass(frozen=True)
+class _Grids:
+    """One device's readings and their refresh grids, found once per attribution."""
+
+    dev: object
+    grids: dict[str, JitterGrid]
+    notes: list[str]
+
+
 STALL_KEEP_RATIO = 0.9
 """Auto stall model: kept when its residual RMS is below this fraction of the plain model's.
 On the H200 V-JEPA2 runs the ratio was 0.74–0.79 (backward −5.3 → −0.4 % of isolation on
@@ -294,16 +303,30 @@ def attribute_regression(
         AttributionError: no refresh grid can be found, or too few sensor intervals are usable.
     """
     cfg = cfg or RegressionConfig()
+    dev = samples[samples["device"] == device]
+    # The refresh grids (most of the fit's time) serve both models of the auto stall choice.
+    grids, grid_notes = device_grids(
+        samples, dev, cfg.use_counter, cfg.use_instant or cfg.use_average
+    )
+    if "counter" not in grids and "power" in grids and cfg.use_counter:
+        cfg = replace(cfg, use_counter=False)
+    if not grids:
+        raise AttributionError(
+            f"cannot place {device}'s sensor refreshes: too few updates, or reads too sparse "
+            "to see them; regression needs the counter read about once per refresh or the "
+            "power fields read every ~20-50 ms (use --method proportional for this run)"
+        )
+    found = _Grids(dev, grids, grid_notes)
     if cfg.stall_model is None:
-        return _auto_stall(samples, timeline, device, cfg)
-    return _attribute(samples, timeline, device, cfg)
+        return _auto_stall(found, timeline, device, cfg)
+    return _attribute(found, timeline, device, cfg)
 
 
-def _auto_stall(samples, timeline: Timeline, device: str, cfg: RegressionConfig):
+def _auto_stall(found: _Grids, timeline: Timeline, device: str, cfg: RegressionConfig):
     """Both models; the stall model where it explains the readings clearly better."""
-    plain = _attribute(samples, timeline, device, replace(cfg, stall_model=False))
+    plain = _attribute(found, timeline, device, replace(cfg, stall_model=False))
     try:
-        stall = _attribute(samples, timeline, device, replace(cfg, stall_model=True))
+        stall = _attribute(found, timeline, device, replace(cfg, stall_model=True))
     except AttributionError as e:
         plain.notes.append(f"stall model not fitted: {e}")
         return plain
@@ -324,21 +347,8 @@ def _auto_stall(samples, timeline: Timeline, device: str, cfg: RegressionConfig)
     return keep
 
 
-def _attribute(
-    samples, timeline: Timeline, device: str, cfg: RegressionConfig
-) -> DeviceAttribution:
-    dev = samples[samples["device"] == device]
-    grids, grid_notes = device_grids(
-        samples, dev, cfg.use_counter, cfg.use_instant or cfg.use_average
-    )
-    if "counter" not in grids and "power" in grids and cfg.use_counter:
-        cfg = replace(cfg, use_counter=False)
-    if not grids:
-        raise AttributionError(
-            f"cannot place {device}'s sensor refreshes: too few updates, or reads too sparse "
-            "to see them; regression needs the counter read about once per refresh or the "
-            "power fields read every ~20-50 ms (use --method proportional for this run)"
-        )
+def _attribute(found: _Grids, timeline: Timeline, device: str, cfg: RegressionConfig):
+    dev, grids, grid_notes = found.dev, found.grids, found.notes
     jc = grids.get("counter", grids.get("power"))
     jp = grids.get("power", grids.get("counter"))
     assert jc is not None and jp is not None

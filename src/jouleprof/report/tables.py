@@ -438,9 +438,11 @@ def run_notes(record: RunRecord) -> list[str]:
     if ex.get("warmup_settled") is False:
         notes.append(f"step times never settled within {ex.get('warmup_steps')} warm-up steps")
     for method, st in (ex.get("attribution") or {}).items():
-        if isinstance(st, dict) and not st.get("ok", True):
+        if not isinstance(st, dict):
+            continue
+        if not st.get("ok", True):
             notes.append(f"attribution by {method} not possible: {st.get('reason')}")
-        for device, ch in ((st or {}).get("model") or {}).items() if isinstance(st, dict) else ():
+        for device, ch in (st.get("model") or {}).items():
             res = ch.get("residual_rms_w") or {}
             notes.append(
                 f"{device}: phase energy by regression with the {ch.get('chosen')} model "
