@@ -39,6 +39,9 @@ elapsed() { echo $(( $(date +%s) - T_START )); }
 gpu_tests() {
   python3 -m pytest tests/gpu -q -p no:cacheprovider --durations=8 2>&1 | tee "$OUT/gpu_tests.txt" | tail -14
 }
+nvml_tests() {
+  python3 -m pytest tests/gpu/test_nvml.py -q -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests_nvml.txt" | tail -3
+}
 sampler() {
   python3 benchmarks/measure_core.py --out /tmp/sampler_cost --only sampler --sampler-s "${SAMPLER_S:-10}" \
       --sampler-reps "${SAMPLER_REPS:-1}" 2>&1 | tail -$(( 5 + ${SAMPLER_REPS:-1} ))
@@ -95,7 +98,7 @@ case "${1:-}" in
     study ;;
   diag)
     stamp diag
-    python3 -m pytest tests/gpu/test_nvml.py -q -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests_nvml.txt" | tail -3
+    nvml_tests
     sampler; echo "--- $(elapsed) s"
     python3 benchmarks/diagnose_step.py --out "$OUT" --n "${DIAG_N:-12}" --workers 12,4,0 2>&1 | grep -v -i warn | tail -15 ;;
   par)
@@ -136,7 +139,7 @@ case "${1:-}" in
     kernel_probe; echo "--- $(elapsed) s"
     python3 benchmarks/nvml_read_cost.py --out "$OUT/nvml_read_cost.json" 2>&1 | grep -v -i warn | tail -12
     echo "--- $(elapsed) s"
-    python3 -m pytest tests/gpu/test_nvml.py -q -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests_nvml.txt" | tail -3
+    nvml_tests
     SAMPLER_S=${SAMPLER_S:-8} sampler; echo "--- $(elapsed) s"
     TORCH_LOGS=recompiles python3 benchmarks/options.py --out /tmp/options_compile --preset "${PRESET:-vit_huge}" \
         --batch-size "${BATCH:-8}" --duration-s "${OPT_S:-20}" --only compile \
@@ -145,7 +148,7 @@ case "${1:-}" in
   sampler)
     # The NVML tests, then the sampler's CPU cost, its target configuration (20 ms) repeated.
     stamp sampler
-    python3 -m pytest tests/gpu/test_nvml.py -q -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests_nvml.txt" | tail -3
+    nvml_tests
     SAMPLER_REPS=${SAMPLER_REPS:-4} sampler ;;
   next)
     # Session 5's first call (~7 min): NVML tests, sampler cost (20 ms four times), the kernel
@@ -153,7 +156,7 @@ case "${1:-}" in
     # cross-check cells at batch 8 and 64 (the edge counter fix; carry zeus and httpx wheels
     # in .whl) until DEADLINE_S.
     stamp next
-    python3 -m pytest tests/gpu/test_nvml.py -q -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests_nvml.txt" | tail -3
+    nvml_tests
     SAMPLER_S=${SAMPLER_S:-8} SAMPLER_REPS=${SAMPLER_REPS:-4} sampler; echo "--- $(elapsed) s"
     kernel_probe; echo "--- $(elapsed) s"
     ATTR_FLAGS=--power-buffer attr; echo "--- $(elapsed) s"
