@@ -151,12 +151,12 @@ case "${1:-}" in
     nvml_tests
     SAMPLER_REPS=${SAMPLER_REPS:-4} sampler ;;
   next)
-    # Session 5's first call (~7 min): NVML tests, sampler cost (20 ms four times), the kernel
+    # Session 5's first call (~9 min): the GPU tests, sampler cost (20 ms four times), the kernel
     # probe and the attribution run, both with NVML's power buffer, then e2e and Zeus
     # cross-check cells at batch 8 and 64 (the edge counter fix; carry zeus and httpx wheels
     # in .whl) until DEADLINE_S.
     stamp next
-    nvml_tests
+    gpu_tests; echo "--- $(elapsed) s"
     SAMPLER_S=${SAMPLER_S:-8} SAMPLER_REPS=${SAMPLER_REPS:-4} sampler; echo "--- $(elapsed) s"
     kernel_probe; echo "--- $(elapsed) s"
     ATTR_FLAGS=--power-buffer attr; echo "--- $(elapsed) s"
