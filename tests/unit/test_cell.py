@@ -212,3 +212,38 @@ def test_the_warmup_note_says_which_batches_it_trained_on(tmp_path):
     notes_b = " ".join(RunDir(tmp_path / "b").read_record().notes)
     assert "trains on real batches" in notes_a and "replay that batch" not in notes_a
     assert "replay that batch" in notes_b and "real batches" not in notes_b
+
+
+def test_a_cross_check_tools_setup_is_not_timed_as_training(tmp_path, monkeypatch):
+    # ZeusMonitor took 2.2 s to open on the H200 and the segment's timer counted it as
+    # training: a third of the cell's throughput went missing. The tool opens first now.
+    import contextlib
+    import time as _time
+
+    from jouleprof.bench import modes
+
+    opened: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def slow_tool(mode, out_dir, gpu_indices=None):
+        _time.sleep(0.6)  # the tool's own set-up
+        opened["at"] = _time.perf_counter()
+        result = modes.CrossCheck("zeus")
+        yield result
+        result.gpu_energy_j = 12.0
+
+    monkeypatch.setattr(modes, "require", lambda m: modes.Mode.parse(m))
+    monkeypatch.setattr(modes, "crosscheck", slow_tool)
+    out = tmp_path / "zeus"
+    run_cell(_tiny(mode="zeus", steps=2), out)
+    rec = RunDir(out).read_record()
+    seg = rec.extra["measured_segment"]
+    steps_s = sum(
+        float(line.split(",")[3])
+        for line in (out / "steps.csv").read_text().splitlines()[1:]
+        if line.split(",")[1] == "measured"
+    )
+    measured_s = seg["t1_s"] - seg["t0_s"]
+    assert measured_s < steps_s + 0.3  # the 0.6 s set-up lies outside the segment
+    per_sample_j = rec.summary["crosscheck_energy_per_sample_j"].value
+    assert per_sample_j == pytest.approx(12.0 / seg["samples"])
