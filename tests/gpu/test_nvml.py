@@ -136,3 +136,14 @@ def test_the_preallocated_instant_reader_agrees_with_pynvmls_call(sensor):
         assert fast is not None and slow is not None
         assert fast == pytest.approx(slow, rel=0.15)  # mW, read a few µs apart
         time.sleep(0.05)
+
+
+def test_read_fast_gives_the_instant_power_between_slow_reads(sensor):
+    dev = sensor.devices[0]
+    full = sensor.read(dev, counter=False)  # reads the slow fields and starts their grid
+    assert full.power_w is not None
+    fast = sensor.read_fast(dev)
+    assert fast is not None and fast[0] == "power_instant_w"
+    assert fast[1] == pytest.approx(full.power_instant_w, rel=0.5)  # same GPU, µs apart
+    time.sleep(sensor.slow_period_s + 0.01)
+    assert sensor.read_fast(dev) is None  # the slow fields are due: read() must run

@@ -173,3 +173,59 @@ def test_a_slow_sampler_polls_densely_through_its_opening_stretch():
 def test_dense_interval_must_be_positive():
     with pytest.raises(ValueError, match="dense_interval_s"):
         SamplerConfig(dense_interval_s=0)
+
+
+class _FastSensor:
+    """A sensor with a fast path: the instant power alone, except every 4th poll (slow fields
+    due) and never when the counter is read."""
+
+    kind = "fast"
+    counter_read_is_slow = True
+    nominal_refresh_s = 0.1
+    devices = ("gpu0",)
+
+    def __init__(self) -> None:
+        self.n_fast = self.n_full = 0
+        self.energy_j = 0.0
+
+    def signals(self):
+        return []
+
+    def read_fast(self, device):
+        if (self.n_fast + self.n_full) % 4 == 3:
+            return None
+        self.n_fast += 1
+        return "power_instant_w", 300.0
+
+    def read(self, device, counter):
+        self.n_full += 1
+        self.energy_j += 1.0
+        return Reading(
+            power_w=250.0, power_instant_w=310.0, energy_j=self.energy_j if counter else None
+        )
+
+    def close(self):
+        pass
+
+
+def test_fast_polls_take_the_sensors_fast_path_and_become_full_samples_at_the_flush():
+    clock = ManualClock()
+    sensor = _FastSensor()
+    sink = ListSink()
+    sampler = Sampler([sensor], sink, SamplerConfig(counter_interval_s=1.0), clock=clock)
+    sampler.mark_start()
+    first = sampler.poll_once(force_counter=True)  # a counter poll: never the fast path
+    assert first[0].energy_j == 1.0 and sensor.n_fast == 0
+    for _ in range(40):
+        clock.advance_s(0.02)
+        sampler.poll_once()
+    sampler.flush()
+    samples = sink.samples
+    assert len(samples) == 41 and [s.t_s for s in samples] == sorted(s.t_s for s in samples)
+    fast = [s for s in samples if s.power_w is None]
+    assert len(fast) == sensor.n_fast > 20  # the fast path was taken ...
+    assert all(s.power_instant_w == 300.0 and s.energy_j is None for s in fast)
+    full = [s for s in samples if s.power_w is not None]
+    assert len(full) == sensor.n_full >= 10  # ... and read() where it said None
+    assert sum(s.energy_j is not None for s in samples) >= 1
+    assert sampler.stats.n_reads == 41

@@ -335,6 +335,23 @@ class NvmlSensor:
             raise map_nvml_error(err, f"reading {signal} of {gpu.name}") from err
         return None
 
+    def read_fast(self, device: str) -> tuple[str, float] | None:
+        """The one fast signal of `device` as (column, value), when a poll needs nothing else.
+
+        Most polls (49 of 50 a second at 20 ms) read the instant power alone; this path skips
+        building a Reading because it runs cold, just after the sampler wakes, where each
+        Python object costs tens of µs (benchmarks/results/sampler_cost). None: the slow
+        fields are due (or there is more than one fast signal), so call `read`.
+        """
+        gpu = self._gpu(device)
+        if time.perf_counter() >= gpu.slow_due_at or len(gpu.fast_readers) != 1:
+            return None
+        signal, fn = gpu.fast_readers[0]
+        try:
+            return signal, fn(gpu.handle)
+        except self._nv.NVMLError as err:
+            raise map_nvml_error(err, f"reading {signal} of {device}") from err
+
     def read(self, device: str, counter: bool) -> Reading:
         """Read the cheap signals of `device`, and the energy counter too when `counter` is True.
 
@@ -344,14 +361,6 @@ class NvmlSensor:
         gpu = self._gpu(device)
         h = gpu.handle
         now = time.perf_counter()
-        if not counter and now < gpu.slow_due_at and len(gpu.fast_readers) == 1:
-            # Most polls (49 of 50 a second at 20 ms): the one fast signal and nothing else,
-            # in as little Python as possible — it runs cold, just after the thread wakes.
-            signal, fn = gpu.fast_readers[0]
-            try:
-                return Reading(**{signal: fn(h)})
-            except self._nv.NVMLError as err:
-                raise map_nvml_error(err, f"reading {signal} of {device}") from err
         values: dict[str, Any] = {}
         signal = ""
         # Average power, utilization, memory, clock and temperature change slowly: they are

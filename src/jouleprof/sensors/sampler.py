@@ -18,18 +18,21 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Protocol
 
 from jouleprof.clock import Clock, MonotonicClock
 from jouleprof.errors import SensorError
 from jouleprof.sensors.base import Sensor
-from jouleprof.types import Sample
+from jouleprof.types import Reading, Sample
 
 log = logging.getLogger(__name__)
 
 _STOP_CHECK_S = 0.1  # the sampler thread sees stop() within this long
+
+_Raw = tuple[float, str, "Reading | tuple[str, float]"]
+"""A queued read: (t_s, device, a full Reading or a fast (column, value) pair)."""
 
 
 class SampleSink(Protocol):
@@ -142,6 +145,8 @@ class _DeviceState:
     refresh_s: float
     """The sensor's refresh period: the counter gap while sampling densely."""
     slow_counter: bool
+    read_fast: Callable[[str], tuple[str, float] | None] | None = None
+    """The sensor's `read_fast`, where it has one (see `Sampler._poll`)."""
     next_counter_t_s: float = float("-inf")
     last_counter_t_s: float = float("-inf")
 
@@ -166,7 +171,12 @@ class Sampler:
         self.stats = SamplerStats()
         self._devices = [
             _DeviceState(
-                s, d, self._counter_gap_s(s), s.nominal_refresh_s or 0.1, s.counter_read_is_slow
+                s,
+                d,
+                self._counter_gap_s(s),
+                s.nominal_refresh_s or 0.1,
+                s.counter_read_is_slow,
+                getattr(s, "read_fast", None),
             )
             for s in sensors
             for d in s.devices
@@ -174,11 +184,11 @@ class Sampler:
         self._dense_until_s = float("-inf")  # set by mark_start() and densify()
         self._wake = False  # densify() cuts the thread's current wait short
         self._started_s = 0.0
-        self._buffer: list[Sample] = []
+        self._buffer: list[_Raw] = []  # reads not yet handed to the sink
         self._rng = random.Random(0x6A71)
         self._last_flush_s = float("-inf")
         self._thread: threading.Thread | None = None
-        self._stop = threading.Event()
+        self._stopping = False  # read by the thread after every wake: a plain bool is cheapest
         self._lock = threading.Lock()  # poll_once from the thread vs. the final poll in stop()
 
     def _counter_gap_s(self, sensor: Sensor) -> float:
@@ -196,22 +206,34 @@ class Sampler:
         if force or not st.slow_counter or now_s >= st.next_counter_t_s:
             return True
         # Entering a dense stretch (a burst) must not wait for a read scheduled sparsely.
+        if now_s >= self._dense_until_s and self.config.counter_burst_every_s is None:
+            return False  # most polls: no dense stretch to enter (checked without a call)
         lo = 1.0 - self.config.dither
         return self._dense(now_s) and now_s - st.last_counter_t_s >= lo * st.refresh_s
 
     def poll_once(self, force_counter: bool = False) -> list[Sample]:
         """Read every device once; returns the samples (also queued for the sink)."""
-        # Two clock reads a device: this runs 50 times a second, cold, just after the thread
-        # wakes, and its Python is most of the sampler's CPU beside the wake-up itself.
+        return [_to_sample(e) for e in self._poll(force_counter)]
+
+    def _poll(self, force_counter: bool = False) -> list[_Raw]:
+        """Read every device once and queue the raw reads; returns them.
+
+        This runs 50 times a second, cold, just after the thread wakes, where every Python
+        object costs tens of µs (benchmarks/results/sampler_cost): a poll that needs only a
+        sensor's one fast signal takes it through `read_fast` as a (column, value) pair, and
+        reads become Samples at the flush, once a second and hot.
+        """
         now_s = self.clock.now_s
         with self._lock:
-            out: list[Sample] = []
+            out: list[_Raw] = []
             t_after = 0.0
             for st in self._devices:
                 t_before = now_s()
                 counter = self._wants_counter(st, t_before, force_counter)
                 try:
-                    reading = st.sensor.read(st.device, counter)
+                    value = None if counter or st.read_fast is None else st.read_fast(st.device)
+                    if value is None:
+                        value = st.sensor.read(st.device, counter)
                 except SensorError as e:
                     self.stats.n_read_errors += 1
                     if len(self.stats.errors) < 100:
@@ -220,10 +242,9 @@ class Sampler:
                     continue
                 t_after = now_s()
                 dt = t_after - t_before
-                t_s = 0.5 * (t_before + t_after)
                 self.stats.n_reads += 1
                 self.stats.read_time_s += dt
-                if counter and reading.energy_j is not None:
+                if counter and value.energy_j is not None:
                     # Dithered gaps: reads land at every phase of the counter's refresh grid,
                     # so which gaps saw it move locates that grid (sensors/refresh.py).
                     d = self.config.dither
@@ -235,7 +256,7 @@ class Sampler:
                         self.stats.n_counter_reads += 1
                         self.stats.counter_read_time_s += dt
                         self.stats.max_counter_read_s = max(self.stats.max_counter_read_s, dt)
-                out.append(Sample.of(t_s, st.device, reading))
+                out.append((0.5 * (t_before + t_after), st.device, value))
             self.stats.n_polls += 1
             self._buffer.extend(out)
             t = t_after or now_s()
@@ -245,7 +266,7 @@ class Sampler:
 
     def _flush_locked(self, now_s: float) -> None:
         if self._buffer:
-            self.sink.write(self._buffer)
+            self.sink.write([_to_sample(e) for e in self._buffer])
             self._buffer = []
         self.sink.flush()
         self._last_flush_s = now_s
@@ -289,7 +310,7 @@ class Sampler:
         if self._thread is not None:
             raise RuntimeError("Sampler.start() called twice")
         self.mark_start()
-        self._stop.clear()
+        self._stopping = False
         self.poll_once(force_counter=True)  # the run's first edge: every counter read
         self._thread = threading.Thread(target=self._loop, name="jouleprof-sampler", daemon=True)
         self._wall0 = time.perf_counter()
@@ -301,12 +322,12 @@ class Sampler:
         interval, dither = self.config.interval_s, self.config.dither
         dense_interval = self.config.dense_interval_s
         rng = random.Random(0x6A70)
-        now_s, stopped, sleep = self.clock.now_s, self._stop.is_set, time.sleep
-        uniform = rng.uniform
+        now_s, sleep, random01 = self.clock.now_s, time.sleep, rng.random
+        lo, span = 1.0 - dither, 2.0 * dither
         t = now_s()
         next_s = t + (dense_interval if interval > dense_interval and self._dense(t) else interval)
         try:
-            while not stopped():
+            while not self._stopping:
                 # time.sleep, in slices of ≤ 0.1 s so that stop() is seen soon: waking from
                 # it costs the thread about two thirds of what Event.wait(timeout) does, and
                 # the wake-ups are most of the sampler's CPU (benchmarks/results/sampler_cost).
@@ -314,18 +335,18 @@ class Sampler:
                 while wait > 0:
                     sleep(wait if wait < _STOP_CHECK_S else _STOP_CHECK_S)
                     wait -= _STOP_CHECK_S
-                    if stopped():
+                    if self._stopping:
                         return
                     if self._wake:
                         self._wake = False
                         next_s = now_s()
                         break
-                self.poll_once()
+                self._poll()
                 t = now_s()
                 step = interval
                 if interval > dense_interval and self._dense(t):
                     step = dense_interval
-                next_s += step * uniform(1.0 - dither, 1.0 + dither)
+                next_s += step * (lo + span * random01())  # random.uniform's arithmetic, inline
                 if t > next_s + step:  # starved: skip, don't burst to catch up
                     self.stats.n_late_polls += 1
                     next_s = t + step
@@ -338,7 +359,7 @@ class Sampler:
     def stop(self) -> None:
         """Stop the thread, take a last reading of every counter, and flush to the sink."""
         if self._thread is not None:
-            self._stop.set()
+            self._stopping = True
             self._thread.join()
             self.stats.wall_s += time.perf_counter() - self._wall0
             self._thread = None
@@ -350,3 +371,12 @@ class Sampler:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _to_sample(raw: _Raw) -> Sample:
+    """A queued read as a Sample."""
+    t_s, device, value = raw
+    if isinstance(value, Reading):
+        return Sample.of(t_s, device, value)
+    column, v = value
+    return Sample(t_s, device, **{column: v})
