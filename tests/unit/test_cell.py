@@ -247,3 +247,44 @@ def test_a_cross_check_tools_setup_is_not_timed_as_training(tmp_path, monkeypatc
     assert measured_s < steps_s + 0.3  # the 0.6 s set-up lies outside the segment
     per_sample_j = rec.summary["crosscheck_energy_per_sample_j"].value
     assert per_sample_j == pytest.approx(12.0 / seg["samples"])
+
+
+def test_the_counter_is_read_densely_before_the_segment_ends_too():
+    from jouleprof.bench.train import END_LEAD_S, _end_is_near
+
+    # A 6 s segment of 0.2 s steps: dense from about END_LEAD_S + a step before its end.
+    assert not _end_is_near(10, 2.0, None, 6.0)
+    assert not _end_is_near(26, 5.2, None, 6.0)
+    assert _end_is_near(27, 5.4, None, 6.0)
+    # Steps longer than the lead (1 s at batch 64): the last step starts dense.
+    assert not _end_is_near(4, 4.0, None, 6.0)
+    assert _end_is_near(5, 5.0, None, 6.0)
+    # A segment of a fixed number of steps.
+    assert not _end_is_near(5, 1.0, 10, 0.0)
+    assert _end_is_near(8, 1.6, 10, 0.0) and _end_is_near(9, 1.8, 10, 0.0)
+    assert not _end_is_near(0, 0.0, 10, 6.0)
+    assert END_LEAD_S > 0.1  # more than a refresh: a counter read must land in it
+
+
+def test_an_e2e_cell_reads_the_counter_in_the_segments_last_half_second(tmp_path, monkeypatch):
+    from dataclasses import replace
+
+    import pandas as pd
+
+    from jouleprof.bench.modes import Mode
+
+    plain = Mode.measure_config
+
+    def with_simulated_gpu(self, gpus=None, interval_s=0.02):
+        return replace(plain(self, gpus, interval_s), simulate_gpu_w=300.0)
+
+    monkeypatch.setattr(Mode, "measure_config", with_simulated_gpu)
+    out = tmp_path / "e2e"
+    run_cell(_tiny(mode="e2e", duration_s=3.0, gpus=None), out)
+    seg = RunDir(out).read_record().extra["measured_segment"]
+    samples = pd.read_csv(out / "samples.csv")
+    counter_t = samples.loc[samples["energy_j"].notna(), "t_s"]
+    # e2e reads the counter about once a second; in the segment's last 0.6 s it reads it at
+    # every refresh (100 ms), so that the end lies within a refresh of a read on either side.
+    before_end = counter_t[(counter_t < seg["t1_s"]) & (counter_t > seg["t1_s"] - 0.6)]
+    assert len(before_end) >= 3

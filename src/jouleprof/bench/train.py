@@ -224,6 +224,32 @@ def _dense_edge(m) -> None:
         m.sampler.densify(EDGE_DENSE_S, read_now=True)
 
 
+END_LEAD_S = 0.5
+"""Seconds before the measured segment's end from which the counter is read at every refresh.
+The reading taken right at the end cannot bound the segment alone: the counter it reads last
+moved up to a refresh (100 ms) earlier, and the read before it was up to a second earlier in
+e2e mode, which left 5 of 42 e2e/fine cells with ±6–32 % intervals on the H200
+(benchmarks/results/study_vith_f33ed69)."""
+
+
+def _end_is_near(
+    steps_done: int, elapsed_s: float, steps_total: int | None, duration_s: float
+) -> bool:
+    """Whether the segment may end within END_LEAD_S after the step about to start.
+
+    A segment ends after `steps_total` steps, or else after the first step that finishes past
+    `duration_s`; the mean step so far predicts when.
+    """
+    if steps_done <= 0:
+        return False
+    step_s = elapsed_s / steps_done
+    if steps_total is not None:
+        remaining_s = (steps_total - steps_done) * step_s
+    else:
+        remaining_s = duration_s - elapsed_s
+    return remaining_s <= END_LEAD_S + step_s
+
+
 def _process_age_s() -> float | None:
     """Seconds since this process started (Linux /proc), None where that cannot be read."""
     try:
@@ -317,6 +343,7 @@ def _segments(cfg: CellConfig, session, m, marker, recorder, steps_log: _StepLog
         wait0_s = getattr(session, "data_wait_s", None)  # a workload that cannot say: None
         t0_ns = time.perf_counter_ns()
         n = 0
+        end_dense = not m.sampler.devices  # baseline and cross-check modes sample nothing
         while True:
             t = session.step(sync=False, fixed=cfg.fixed_batch)
             n += 1
@@ -328,6 +355,9 @@ def _segments(cfg: CellConfig, session, m, marker, recorder, steps_log: _StepLog
                 cfg.steps is None and elapsed >= cfg.duration_s
             ):
                 break
+            if not end_dense and _end_is_near(n, elapsed, cfg.steps, cfg.duration_s):
+                m.sampler.densify(END_LEAD_S + 2 * elapsed / n)  # reads before the end, too
+                end_dense = True
         session.sync()
         t1_ns = time.perf_counter_ns()
         _dense_edge(m)
