@@ -14,6 +14,7 @@
 #                                          then compile alone (recompiles logged)
 #   bash benchmarks/gpu_session.sh sampler # NVML tests, sampler cost (20 ms config SAMPLER_REPS times)
 #   bash benchmarks/gpu_session.sh next    # session 5's first call: NVML tests, sampler, kernel probe, e2e cells
+#   bash benchmarks/gpu_session.sh verify  # session 5's last call: NVML tests, sampler cost, an e2e and a zeus cell
 #   bash benchmarks/gpu_session.sh study   # the batch-size × mode study until DEADLINE_S; resumable
 # DEADLINE_S (default 540): seconds after the call's start by which the study starts no new cell
 # (less the longest cell, RESERVE_S); the study resumes in the next call.
@@ -161,8 +162,16 @@ case "${1:-}" in
     kernel_probe; echo "--- $(elapsed) s"
     ATTR_FLAGS=--power-buffer attr; echo "--- $(elapsed) s"
     STUDY_NAME=cells BATCH_SIZES=${BATCH_SIZES:-8,64} MODES=${MODES:-e2e,zeus} REPS=${REPS:-1} study ;;
+  verify)
+    # Session 5's last call (~2.5 min): the NVML tests (read_fast), the sampler's cost with the
+    # cold-poll cuts (58ee78a), and an e2e and a zeus cell at batch 8 (the segment end read
+    # densely, 4266453; the cross-check's set-up outside the segment's clock, bae8bb6).
+    stamp verify
+    nvml_tests
+    SAMPLER_S=${SAMPLER_S:-8} SAMPLER_REPS=${SAMPLER_REPS:-3} sampler; echo "--- $(elapsed) s"
+    STUDY_NAME=cells BATCH_SIZES=${BATCH_SIZES:-8} MODES=${MODES:-e2e,zeus} REPS=${REPS:-1} study ;;
   attr) stamp attr; attr ;;
   study) stamp study; study ;;
-  *) echo "usage: $0 core|first|par|alone|replay|cells|options|probe|sampler|next|diag|attr|study" >&2; exit 2 ;;
+  *) echo "usage: $0 core|first|par|alone|replay|cells|options|probe|sampler|next|verify|diag|attr|study" >&2; exit 2 ;;
 esac
 echo "=== done in $(elapsed) s"
