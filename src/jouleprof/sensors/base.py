@@ -61,3 +61,10 @@ class Sensor(Protocol):
         ...
 
     def close(self) -> None: ...
+
+    # Optional, found with getattr by the sampler (a Protocol member would make every sensor
+    # define it):
+    #   read_fast(device) -> tuple[str, float] | None
+    # the sensor's one cheap signal as (samples.csv column, value) when a poll needs nothing
+    # else, or None when `read` must run (slow fields due). A poll runs cold 50 times a second,
+    # and skipping the Reading it would build cuts its CPU (NvmlSensor implements it).
