@@ -1,7 +1,8 @@
 """`attribute(run_dir, method)`: a run's energy per phase and device; phases.csv.
 
-Reads samples.csv and spans.csv (and isolation.csv for the isolation method) and nothing else,
-so it runs offline on a copied run directory.
+Reads samples.csv and spans.csv (and isolation.csv for the isolation method; for regression,
+power_buffer.csv where the run recorded NVML's power buffer) and nothing else, so it runs
+offline on a copied run directory.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from jouleprof.attribution.proportional import attribute_proportional, measured_
 from jouleprof.attribution.regression import RegressionConfig, attribute_regression
 from jouleprof.attribution.result import AttributionResult, DeviceAttribution
 from jouleprof.errors import AttributionError, RunDirError
+from jouleprof.sensors.nvml_buffer import POWER_BUFFER_CSV
 from jouleprof.store.rundir import SPANS_CSV, RunDir
 
 log = logging.getLogger(__name__)
@@ -53,6 +55,27 @@ def _read_spans(rd: RunDir):
             "the phase recorder (`with prof.step(): with prof.phase(...)`) to attribute it"
         )
     return rd.read_spans()
+
+
+def _read_buffer(rd: RunDir, cfg: RegressionConfig | None):
+    """power_buffer.csv as a DataFrame where regression may use it (cfg.use_buffer not False
+    and the file holds samples); else None."""
+    if cfg is None or cfg.use_buffer is False:
+        return None
+    p = rd.path / POWER_BUFFER_CSV
+    if not p.is_file() or p.stat().st_size == 0:
+        return None
+    import pandas as pd
+
+    try:
+        df = pd.read_csv(p)
+    except (ValueError, OSError) as e:
+        raise RunDirError(f"{p} is not readable: {e}") from e
+    missing = [c for c in ("t_s", "device", "power_w") if c not in df.columns]
+    if missing:
+        raise RunDirError(f"{p} lacks the columns {missing}")
+    df["device"] = df["device"].astype(str)
+    return df.sort_values("t_s", kind="stable").reset_index(drop=True)
 
 
 def _devices(samples, device: str | None) -> list[str]:
@@ -98,7 +121,8 @@ def attribute(
         method: "proportional", "regression" or "isolation".
         device: one device to attribute (e.g. "gpu0"); None: all GPUs, summed in `total`.
         warmup_steps: leading steps to exclude; None: the rule of `common.auto_warmup_steps`.
-        **opts: `gap_tolerance_s`, and for regression any `RegressionConfig` field.
+        **opts: `gap_tolerance_s`, and for regression any `RegressionConfig` field (with
+            `use_buffer` None, the default, the run's power_buffer.csv is used where present).
 
     Raises:
         AttributionError: the data cannot support the attribution (the message says why).
@@ -112,6 +136,7 @@ def attribute(
         raise RunDirError(f"{rd.path} is not a directory: give a run directory")
     spans = _read_spans(rd)
     samples = rd.read_samples()
+    buffer = _read_buffer(rd, cfg) if method == "regression" else None
     devices = _devices(samples, device)
     out: list[DeviceAttribution] = []
     for dev in devices:
@@ -122,7 +147,7 @@ def attribute(
         if method == "proportional":
             out.append(attribute_proportional(samples, tl, dev))
         elif method == "regression":
-            out.append(attribute_regression(samples, tl, dev, cfg))
+            out.append(attribute_regression(samples, tl, dev, cfg, buffer))
         else:
             replays = load_replays(rd.path, samples, dev)
             measured = measured_steps_energy(samples, tl, dev)

@@ -8,12 +8,19 @@ steps in the readings pin all of that better: this module fits, by Gauss-Newton 
 fits' uncertainties as a Gaussian prior,
 
     θ = (counter shift, counter drift, power shift, power drift, instant window − its prior,
-         power gain)
+         power gain, buffer shift)
 
 where a row at relative position u ∈ [-1, 1] of the run moves by shift + drift·u, the instant
 rows' window is lengthened by the fifth term, and the power readings are taken as (1 + gain)
 times the true power: the counter sets the scale (on an H200 the power fields read ~1 % low
-at idle, and up to several percent off elsewhere; shared/FACTS.md).
+at idle, and up to several percent off elsewhere; shared/FACTS.md). The power buffer's rows
+(NVML's own ~20 ms samples, stamped by the driver: no grid) move by their own shift, around
+the lag measured for them; their scale is set against the counter before the fit
+(`rows.buffer_scale`), not here: the phase powers, refitted at every step, absorb a gain's
+partial derivative, and the steps on a gain term go astray when a signal is as dense and
+as precise as the buffer (on a simulated run the buffer's gain stopped 0.9 % short of the
+truth, and every phase with it). A term whose rows are absent has a prior of zero width and
+stays at 0.
 
 It also gives each row its weight: the configured weight of its signal over √(the signal's
 noise floor + the variance that the jitter of the row's edges causes, which is large only
@@ -29,7 +36,7 @@ from scipy.optimize import nnls
 
 from jouleprof.attribution.common import Timeline
 from jouleprof.attribution.kernels import BOXCAR, Boxes
-from jouleprof.attribution.rows import COUNTER, INSTANT, SensorRows, jitter_variance_w2
+from jouleprof.attribution.rows import BUFFER, COUNTER, INSTANT, SensorRows, jitter_variance_w2
 
 PARAMS: tuple[str, ...] = (
     "counter_shift_s",
@@ -38,6 +45,7 @@ PARAMS: tuple[str, ...] = (
     "power_drift_s",
     "instant_window_extra_s",
     "power_gain",
+    "buffer_shift_s",
 )
 _MIN_ROW_VAR_W2 = 0.01  # floor on a row's noise variance: no row is trusted beyond 0.1 W
 _STEP_S = 20e-6  # finite-difference step of the Jacobian
@@ -69,40 +77,63 @@ class Placement:
     cols: list[int]
     """Indices into timeline.names of the labels fitted."""
     sigma_s: np.ndarray
-    """Jitter σ of the refresh instants, per kind of row (COUNTER, INSTANT, AVERAGE); a row
-    whose own reads place it better uses its own (`SensorRows.row_sigma_s`)."""
+    """Jitter σ of the refresh instants, per kind of row (COUNTER, INSTANT, AVERAGE, BUFFER);
+    a row whose own reads place it better uses its own (`SensorRows.row_sigma_s`)."""
     u: np.ndarray
     """Each row's position in the run, -1 … 1 (the drift terms multiply it)."""
     kernel: Boxes = BOXCAR
     """The instant field's weighting of its window (`RegressionConfig.instant_kernel`)."""
+    buffer_kernel: Boxes = BOXCAR
+    """The power buffer's weighting of its window (`RegressionConfig.buffer_kernel`)."""
 
     def placed(self, theta: np.ndarray) -> SensorRows:
         r = self.rows
         counter = r.kind == COUNTER
         shift = np.where(counter, theta[0] + theta[1] * self.u, theta[2] + theta[3] * self.u)
+        shift = np.where(r.kind == BUFFER, theta[6], shift)
         longer = np.where(r.kind == INSTANT, theta[4], 0.0)
         return SensorRows(
             r.t0_s + shift - longer, r.t1_s + shift, r.power_w, r.kind, r.weight, r.sigma_s
         )
 
-    def design(self, theta: np.ndarray, sigma_s: np.ndarray | None = None) -> np.ndarray:
-        """Expected fraction of each row's interval that each fitted label covers."""
+    def design(
+        self, theta: np.ndarray, sigma_s: np.ndarray | None = None, buffer_stretch: float = 1.0
+    ) -> np.ndarray:
+        """Expected fraction of each row's interval that each fitted label covers.
+
+        `buffer_stretch` scales the buffer rows' window (the systematic spread asks what a
+        window measured a little longer or shorter would change)."""
         sig = self.sigma_s if sigma_s is None else np.maximum(sigma_s, 0.0)
         r = self.placed(theta)
+        if buffer_stretch != 1.0:
+            m = r.kind == BUFFER
+            r.t0_s = np.where(m, r.t1_s - buffer_stretch * r.duration_s, r.t0_s)
         row_sig = r.row_sigma_s(sig)
-        frac = self.timeline.overlap_s(r.t0_s, r.t1_s, row_sig) / r.duration_s[:, None]
-        if self.kernel != BOXCAR:
-            # Instant rows: the kernel's boxes, each a share of the (fitted) window.
-            m = r.kind == INSTANT
+        frac = np.zeros((len(r), len(self.timeline.names)))
+        # Each kind with a kernel of its own weighs its window by the kernel's boxes.
+        kernels = [(INSTANT, self.kernel), (BUFFER, self.buffer_kernel)]
+        plain = np.ones(len(r), dtype=bool)
+        for kind, kernel in kernels:
+            m = r.kind == kind
+            if kernel == BOXCAR or not m.any():
+                continue
             frac[m] = kernel_fractions(
-                self.timeline, r.t1_s[m], r.duration_s[m], self.kernel, row_sig[m]
+                self.timeline, r.t1_s[m], r.duration_s[m], kernel, row_sig[m]
             )
+            plain &= ~m
+        frac[plain] = (
+            self.timeline.overlap_s(r.t0_s[plain], r.t1_s[plain], row_sig[plain])
+            / r.duration_s[plain, None]
+        )
         return frac[:, self.cols]
 
-    def target(self, theta: np.ndarray) -> np.ndarray:
-        """Each row's mean power with the power readings' gain taken out (W)."""
+    def target(self, theta: np.ndarray, buffer_scale: float = 1.0) -> np.ndarray:
+        """Each row's mean power with the power fields' gain taken out (W); the buffer's rows
+        come already on the counter's scale, times `buffer_scale` (the systematic spread asks
+        what the scale's own uncertainty would change)."""
         r = self.rows
-        return np.where(r.kind == COUNTER, r.power_w, r.power_w / (1.0 + theta[5]))
+        out = np.where(r.kind == COUNTER, r.power_w, r.power_w / (1.0 + theta[5]))
+        return np.where(r.kind == BUFFER, r.power_w * buffer_scale, out)
 
     def full(self, power: np.ndarray) -> np.ndarray:
         """Fitted powers spread over all of timeline.names (0 where not fitted)."""
@@ -143,21 +174,31 @@ def refine(
     lam = 1.0 / prior_sd**2
     theta = np.array(theta, dtype=float)
     a = np.diag(lam)
-    power_rows = pl.rows.kind != COUNTER
+    buffer_rows = pl.rows.kind == BUFFER
+    field_rows = (pl.rows.kind != COUNTER) & ~buffer_rows
+    shifts = (0, 2, 4, 6) if buffer_rows.any() else (0, 2, 4)
     for _ in range(max_iter):
         x = pl.design(theta)
         y = pl.target(theta)
         power = fit_powers(x * w[:, None], y * w)
         r = (y - x @ power) * w
-        grads = {}
-        for i in (0, 2, 4):  # a drift's derivative is its shift's times u
+        grads = {6: np.zeros(len(w))}
+        for i in shifts:  # a drift's derivative is its shift's times u
             e = np.zeros(len(theta))
             e[i] = _STEP_S
             d = (pl.design(theta + e) - pl.design(theta - e)) / (2 * _STEP_S)
             grads[i] = (d @ power) * w
-        gain = np.where(power_rows, pl.rows.power_w / (1.0 + theta[5]) ** 2, 0.0) * w
+        gain = np.where(field_rows, pl.rows.power_w / (1.0 + theta[5]) ** 2, 0.0) * w
         jac = np.column_stack(
-            [grads[0], grads[0] * pl.u, grads[2], grads[2] * pl.u, grads[4], gain]
+            [
+                grads[0],
+                grads[0] * pl.u,
+                grads[2],
+                grads[2] * pl.u,
+                grads[4],
+                gain,
+                grads[6],
+            ]
         )
         v = max(float(np.mean(r**2)), 1e-12)
         a = jac.T @ jac / v + np.diag(lam)

@@ -7,6 +7,10 @@ the window. Stacking the equations of all analysed steps and solving for the pha
 ``P_phase`` by non-negative least squares (rows in W) measures phases far shorter than the
 sensor's 100 ms refresh, because the refresh edges fall at a different point of the step in
 every step. A phase's energy is its fitted power times its exclusive time in the analysed steps.
+Where the run recorded NVML's power-sample buffer (power_buffer.csv, a sample every ~20 ms) each
+sample is one more row: the power weighed by the buffer's kernel over the window before its
+stamp less a lag (BUFFER_KERNEL, BUFFER_WINDOW_S, BUFFER_LAG_S, measured on a kernel probe), its
+scale first set against the counter's over the same intervals (the counter stays the anchor).
 
 How the fit stays unbiased and its interval honest:
 
@@ -46,7 +50,8 @@ Assumptions, stated so a user can judge a result:
 - each signal refreshes on a regular grid whose instants jitter without bias (Gaussian);
 - the power readings are the true power times a constant gain (fitted against the counter);
 - the instant field averages a fixed window before its refresh (fitted, `instant_window_s`
-  its prior);
+  its prior); the power buffer weighs a fixed kernel before its stamp (its lag refined, its
+  window's uncertainty carried into the intervals), the same under every load;
 - span times are on the samples' clock (small noise on their edges is tolerated);
 - steps are not in lockstep with the refresh period (if they are, the equations repeat, the
   interval widens and short phases are reported unresolved; a note says so).
@@ -67,10 +72,21 @@ from scipy.stats import norm
 from jouleprof.attribution.bootstrap import block_bootstrap
 from jouleprof.attribution.common import EXCLUDED, IDLE, Timeline
 from jouleprof.attribution.grid import JitterGrid, device_grids
-from jouleprof.attribution.kernels import BOXCAR, Boxes
+from jouleprof.attribution.kernels import BOXCAR, Boxes, exponential
 from jouleprof.attribution.placement import PARAMS, Placement, fit_powers, refine, row_weights
 from jouleprof.attribution.result import DeviceAttribution, PhaseResult, pct_text, unresolved
-from jouleprof.attribution.rows import AVERAGE, COUNTER, INSTANT, KIND_NAMES, sensor_rows
+from jouleprof.attribution.rows import (
+    AVERAGE,
+    BUFFER,
+    COUNTER,
+    INSTANT,
+    KIND_NAMES,
+    BufferScale,
+    buffer_rows,
+    buffer_scale,
+    merge_rows,
+    sensor_rows,
+)
 from jouleprof.attribution.stall import STALL, StallSplit, split_stalls
 from jouleprof.errors import AttributionError
 from jouleprof.sensors.refresh import RefreshEstimate
@@ -79,6 +95,19 @@ log = logging.getLogger(__name__)
 
 METHOD = "regression"
 _GAIN_PRIOR_SD = 0.05  # the power fields' scale relative to the counter: ±5 % a priori
+
+BUFFER_KERNEL: Boxes = exponential()
+"""The shape NVML's power buffer weighs the power before its stamp with, as measured on an
+H200 (driver 580.159.04) by benchmarks/buffer_window.py on the kernel probe
+benchmarks/results/kernel_probe/f33ed69 (matmul bursts with recorded edges): an exponential
+of time constant 12 ms (window 5 τ) fitted best, 1031 samples, residual 56.6 W against
+65.8 W for the best boxcar (24 ms at a 3 ms lag); every shape put the weight's centroid
+15–17 ms before the stamp."""
+BUFFER_WINDOW_S = 0.060
+"""The window BUFFER_KERNEL spans (5 × its time constant), same source."""
+BUFFER_LAG_S = 0.005
+"""How long before its stamp a buffer sample's window ends, same source (its ridge: a
+shorter lag goes with a longer window; ±1 ms moves the residual by < 2 %)."""
 
 
 @dataclass(frozen=True)
@@ -135,21 +164,48 @@ class RegressionConfig:
     STALL_KEEP_RATIO of the plain model's."""
     stall_quantile: float = 0.05
     """Stall model: a phase's work time in a step is this quantile of its per-step time."""
+    use_buffer: bool | None = None
+    """Use NVML's power-sample buffer (power_buffer.csv: a sample every ~20 ms) as rows, each
+    the power over a short window before its stamp. None: where the run recorded it (`jouleprof
+    attribute` reads it from the run directory)."""
+    buffer_weight: float = 0.5
+    """Weight of a buffer row, relative to a counter row (as an instant row's: its window is
+    measured on another load, and its rows are many: ~5 per 100 ms refresh)."""
+    buffer_kernel: Boxes = BUFFER_KERNEL
+    """How a buffer sample weighs the power before its stamp, as boxes (start, end, weight) in
+    units of buffer_window_s (as instant_kernel)."""
+    buffer_window_s: float = BUFFER_WINDOW_S
+    """The span of buffer_kernel."""
+    buffer_lag_s: float = BUFFER_LAG_S
+    """A buffer sample's window ends this long before its stamp."""
+    buffer_lag_sd_s: float = 0.002
+    """Prior uncertainty (σ) of buffer_lag_s; the fit refines the lag within it (0: fixed)."""
+    buffer_jitter_s: float = 0.0003
+    """σ of where a buffer sample's window really falls around its placed one (the driver
+    stamps each sample; a blur wider than the truth biases a short phase between two others:
+    1 ms took 9 % off a simulated 4 ms phase)."""
+    buffer_window_rel_sd: float = 0.25
+    """Relative uncertainty of buffer_window_s, carried into every interval as a systematic
+    spread (on the kernel probe, exponentials of 40–75 ms fitted within a few percent)."""
 
     def __post_init__(self) -> None:
-        for name in ("instant_window_s", "average_window_s", "block_s"):
+        for name in ("instant_window_s", "average_window_s", "block_s", "buffer_window_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0 seconds, got {getattr(self, name)}")
         for name in (
             "counter_weight",
             "instant_weight",
             "average_weight",
+            "buffer_weight",
             "margin_s",
             "min_rel_halfwidth",
+            "buffer_lag_sd_s",
+            "buffer_jitter_s",
         ):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be ≥ 0, got {getattr(self, name)}")
         check_kernel(self.instant_kernel)
+        check_kernel(self.buffer_kernel, "buffer_kernel")
         if self.n_boot < 200:
             raise ValueError(f"n_boot must be ≥ 200, got {self.n_boot}")
         if not 0.5 < self.confidence < 1:
@@ -158,6 +214,10 @@ class RegressionConfig:
             raise ValueError(f"min_rows must be ≥ 1, got {self.min_rows}")
         if not (self.use_counter or self.use_instant or self.use_average):
             raise ValueError("use_counter, use_instant and use_average cannot all be False")
+        if not 0 <= self.buffer_window_rel_sd < 1:
+            raise ValueError(
+                f"buffer_window_rel_sd must be in [0, 1), got {self.buffer_window_rel_sd}"
+            )
         if not 0 <= self.stall_quantile < 0.5:
             raise ValueError(f"stall_quantile must be in [0, 0.5), got {self.stall_quantile}")
 
@@ -175,9 +235,10 @@ class _Fit:
     power: np.ndarray
     half_s: float
     center_s: float
+    buffer_scale: BufferScale | None = None
 
 
-def check_kernel(kernel) -> None:
+def check_kernel(kernel, name: str = "instant_kernel") -> None:
     """ValueError unless `kernel` is boxes (start, end, weight), start > end ≥ 0, weights ≥ 0
     summing to 1."""
     boxes = [tuple(b) for b in kernel]
@@ -188,13 +249,16 @@ def check_kernel(kernel) -> None:
     )
     if not ok:
         raise ValueError(
-            f"instant_kernel must be boxes (start, end, weight) with start > end ≥ 0 (in "
+            f"{name} must be boxes (start, end, weight) with start > end ≥ 0 (in "
             f"windows before the refresh) and weights summing to 1, got {kernel!r}"
         )
 
 
-def _fit_pass(dev, timeline: Timeline, jc: JitterGrid, jp: JitterGrid, cfg: RegressionConfig):
-    """Build the rows on the grids `jc` (counter) and `jp` (power fields) and fit them."""
+def _fit_pass(
+    dev, timeline: Timeline, jc: JitterGrid, jp: JitterGrid, cfg: RegressionConfig, buffer=None
+):
+    """Build the rows on the grids `jc` (counter) and `jp` (power fields), and the power
+    buffer's rows where `buffer` (its samples of this device) is given, and fit them."""
     rows = sensor_rows(
         dev,
         {COUNTER: jc.grid, INSTANT: jp.grid, AVERAGE: jp.grid},
@@ -202,7 +266,19 @@ def _fit_pass(dev, timeline: Timeline, jc: JitterGrid, jp: JitterGrid, cfg: Regr
         instant=(cfg.instant_window_s, cfg.instant_weight) if cfg.use_instant else None,
         average=(cfg.average_window_s, cfg.average_weight) if cfg.use_average else None,
     )
-    sigma = np.array([jc.jitter_s, jp.jitter_s, jp.jitter_s])
+    if buffer is not None:
+        t = dev["t_s"].to_numpy(float)
+        rows = merge_rows(
+            rows,
+            buffer_rows(
+                buffer,
+                cfg.buffer_window_s,
+                cfg.buffer_lag_s,
+                cfg.buffer_weight,
+                (float(t.min()), float(t.max())),
+            ),
+        )
+    sigma = np.array([jc.jitter_s, jp.jitter_s, jp.jitter_s, cfg.buffer_jitter_s])
     frac = timeline.overlap_s(rows.t0_s, rows.t1_s, float(sigma.max())) / rows.duration_s[:, None]
     r0, r1 = timeline.region_s
     keep = (
@@ -213,6 +289,15 @@ def _fit_pass(dev, timeline: Timeline, jc: JitterGrid, jp: JitterGrid, cfg: Regr
         & (rows.t0_s < r1 + cfg.margin_s)
     )
     rows = rows.select(keep)
+    scale = None
+    if buffer is not None and np.any(rows.kind == BUFFER):
+        # The counter sets the scale: the buffer's rows are put on it before the fit.
+        scale = buffer_scale(
+            rows, buffer["t_s"].to_numpy(float), buffer["power_w"].to_numpy(float), cfg.buffer_lag_s
+        )
+        if scale is not None:
+            b = rows.kind == BUFFER
+            rows.power_w = np.where(b, rows.power_w / scale.scale, rows.power_w)
     cover = (timeline.overlap_s(rows.t0_s, rows.t1_s) > 1e-9).sum(axis=0)
     cols = [j for j, nm in enumerate(timeline.names) if nm not in EXCLUDED and cover[j] > 0]
     if len(rows) < 2 * len(cols) or not cols:
@@ -224,9 +309,17 @@ def _fit_pass(dev, timeline: Timeline, jc: JitterGrid, jp: JitterGrid, cfg: Regr
     half = max(0.5 * float(mid[-1] - mid[0]), 1e-9)
     center = 0.5 * float(mid[-1] + mid[0])
     pl = Placement(
-        timeline, rows, cols, sigma, np.clip((mid - center) / half, -1, 1), cfg.instant_kernel
+        timeline,
+        rows,
+        cols,
+        sigma,
+        np.clip((mid - center) / half, -1, 1),
+        cfg.instant_kernel,
+        cfg.buffer_kernel,
     )
-    kind_w = np.array([cfg.counter_weight, cfg.instant_weight, cfg.average_weight])
+    kind_w = np.array(
+        [cfg.counter_weight, cfg.instant_weight, cfg.average_weight, cfg.buffer_weight]
+    )
 
     # Fit, reweigh, refine where the rows sit in time, reweigh there, fit again.
     w = rows.weight
@@ -235,7 +328,9 @@ def _fit_pass(dev, timeline: Timeline, jc: JitterGrid, jp: JitterGrid, cfg: Regr
     power = fit_powers(x * w[:, None], y * w)
     w0 = cfg.instant_window_s
     fit_window = cfg.fit_instant_window and bool(np.any(rows.kind == INSTANT))
-    has_both = bool(np.any(rows.kind == COUNTER)) and bool(np.any(rows.kind != COUNTER))
+    has_counter = bool(np.any(rows.kind == COUNTER))
+    has_fields = bool(np.any((rows.kind == INSTANT) | (rows.kind == AVERAGE)))
+    has_buffer = bool(np.any(rows.kind == BUFFER))
     prior_sd = np.maximum(
         [
             jc.offset_se_s,
@@ -243,8 +338,9 @@ def _fit_pass(dev, timeline: Timeline, jc: JitterGrid, jp: JitterGrid, cfg: Regr
             jp.offset_se_s,
             jp.period_se_s * half / jp.grid.period_s,
             0.4 * w0 if fit_window else 0.0,
-            # The power fields' scale is free only where the counter can set it.
-            _GAIN_PRIOR_SD if has_both else 0.0,
+            # A power signal's scale is free only where the counter can set it.
+            _GAIN_PRIOR_SD if has_counter and has_fields else 0.0,
+            cfg.buffer_lag_sd_s if has_buffer else 0.0,
         ],
         1e-9,
     )
@@ -265,7 +361,7 @@ def _fit_pass(dev, timeline: Timeline, jc: JitterGrid, jp: JitterGrid, cfg: Regr
             if cfg.reweight:
                 w = row_weights(pl, x, power, kind_w, theta)
     power = fit_powers(x * w[:, None], y * w)
-    return _Fit(pl, cover, theta, theta_cov, w, x, power, half, center)
+    return _Fit(pl, cover, theta, theta_cov, w, x, power, half, center, scale)
 
 
 def _moved(jg: JitterGrid, shift_s: float, drift_s: float, center_s: float, half_s: float):
@@ -286,6 +382,8 @@ class _Grids:
     dev: object
     grids: dict[str, JitterGrid]
     notes: list[str]
+    buffer: object = None
+    """The device's power-buffer samples (power_buffer.csv rows), or None."""
 
 
 STALL_KEEP_RATIO = 0.9
@@ -295,15 +393,33 @@ run4); on simulated steps of constant-power phases the stall model fits worse (1
 
 
 def attribute_regression(
-    samples, timeline: Timeline, device: str, cfg: RegressionConfig | None = None
+    samples, timeline: Timeline, device: str, cfg: RegressionConfig | None = None, buffer=None
 ) -> DeviceAttribution:
     """Attribute one device's energy to the timeline's phases by regression (module docstring).
 
+    Args:
+        samples: samples.csv as a DataFrame.
+        timeline: the run's partition (`build_timeline`).
+        device: the device to attribute.
+        cfg: the regression's settings.
+        buffer: power_buffer.csv as a DataFrame (t_s, device, power_w), or None. Used as rows
+            unless cfg.use_buffer is False.
+
     Raises:
-        AttributionError: no refresh grid can be found, or too few sensor intervals are usable.
+        AttributionError: no refresh grid can be found, too few sensor intervals are usable,
+            or cfg.use_buffer is True and `buffer` holds no sample of the device.
     """
     cfg = cfg or RegressionConfig()
     dev = samples[samples["device"] == device]
+    buf = None
+    if buffer is not None and cfg.use_buffer is not False:
+        buf = buffer[buffer["device"].astype(str) == device]
+        buf = buf if len(buf) else None
+    if cfg.use_buffer and buf is None:
+        raise AttributionError(
+            f"use_buffer is set but the run has no power-buffer samples of {device} "
+            "(power_buffer.csv: record with --power-buffer)"
+        )
     # The refresh grids (most of the fit's time) serve both models of the auto stall choice.
     grids, grid_notes = device_grids(
         samples, dev, cfg.use_counter, cfg.use_instant or cfg.use_average
@@ -316,7 +432,7 @@ def attribute_regression(
             "to see them; regression needs the counter read about once per refresh or the "
             "power fields read every ~20-50 ms (use --method proportional for this run)"
         )
-    found = _Grids(dev, grids, grid_notes)
+    found = _Grids(dev, grids, grid_notes, buf)
     if cfg.stall_model is None:
         return _auto_stall(found, timeline, device, cfg)
     return _attribute(found, timeline, device, cfg)
@@ -357,7 +473,7 @@ def _attribute(found: _Grids, timeline: Timeline, device: str, cfg: RegressionCo
     split = split_stalls(timeline, cfg.stall_quantile) if cfg.stall_model else None
     reported = timeline
     timeline = split.timeline if split is not None else timeline
-    f = _fit_pass(dev, timeline, jc, jp, cfg)
+    f = _fit_pass(dev, timeline, jc, jp, cfg, found.buffer)
     # A grid found to sit further off than the margins its reads were labelled with may have
     # given some readings to the wrong refresh: label them again on the moved grids.
     moved = [0.0, 0.0]
@@ -367,7 +483,7 @@ def _attribute(found: _Grids, timeline: Timeline, device: str, cfg: RegressionCo
         moved = [float(th[0]), float(th[2])]
         jc = _moved(jc, th[0], th[1], f.center_s, f.half_s)
         jp = _moved(jp, th[2], th[3], f.center_s, f.half_s)
-        f = _fit_pass(dev, timeline, jc, jp, cfg)
+        f = _fit_pass(dev, timeline, jc, jp, cfg, found.buffer)
     pl, theta, theta_cov, w, x, power = f.pl, f.theta, f.theta_cov, f.w, f.x, f.power
     rows, cols, cover, sigma = pl.rows, pl.cols, f.cover, pl.sigma_s
     y = pl.target(theta)
@@ -378,16 +494,26 @@ def _attribute(found: _Grids, timeline: Timeline, device: str, cfg: RegressionCo
     # What the bootstrap cannot see: the uncertainty of σ and of where the rows sit in time.
     sens = []
     evals, evecs = np.linalg.eigh(theta_cov)
-    d_sig_c = np.array([jc.jitter_se_s, 0.0, 0.0])
-    d_sig_p = np.array([0.0, jp.jitter_se_s, jp.jitter_se_s])
-    perturb = [(d_sig_c, np.zeros(len(PARAMS))), (d_sig_p, np.zeros(len(PARAMS)))]
-    perturb += [(np.zeros(3), np.sqrt(max(ev, 0.0)) * evecs[:, i]) for i, ev in enumerate(evals)]
-    for d_sigma, d_theta in perturb:
+    d_sig_c = np.array([jc.jitter_se_s, 0.0, 0.0, 0.0])
+    d_sig_p = np.array([0.0, jp.jitter_se_s, jp.jitter_se_s, 0.0])
+    no_theta = np.zeros(len(PARAMS))
+    perturb = [(d_sig_c, no_theta, 0.0, 0.0), (d_sig_p, no_theta, 0.0, 0.0)]
+    perturb += [
+        (np.zeros(4), np.sqrt(max(ev, 0.0)) * evecs[:, i], 0.0, 0.0) for i, ev in enumerate(evals)
+    ]
+    if np.any(rows.kind == BUFFER) and cfg.buffer_window_rel_sd > 0:
+        # The buffer's window was measured on another load (its shape and length trade off
+        # there within a few percent of residual): what would a longer or shorter one change?
+        perturb.append((np.zeros(4), no_theta, cfg.buffer_window_rel_sd, 0.0))
+    if f.buffer_scale is not None and f.buffer_scale.sd > 0:
+        # And its scale, set against the counter block by block.
+        perturb.append((np.zeros(4), no_theta, 0.0, f.buffer_scale.sd / f.buffer_scale.scale))
+    for d_sigma, d_theta, d_stretch, d_scale in perturb:
         fits = []
         for sign in (1.0, -1.0):
             th = theta + sign * d_theta
-            xs = pl.design(th, sigma + sign * d_sigma)
-            fits.append(fit_powers(xs * w[:, None], pl.target(th) * w))
+            xs = pl.design(th, sigma + sign * d_sigma, 1.0 + sign * d_stretch)
+            fits.append(fit_powers(xs * w[:, None], pl.target(th, 1.0 + sign * d_scale) * w))
         sens.append(0.5 * (fits[0] - fits[1]))
     # One row per perturbation: how every power moves together. Phases that trade energy
     # under a perturbation (a grid shift moves joules from one neighbour to the next) then
@@ -445,7 +571,31 @@ def _attribute(found: _Grids, timeline: Timeline, device: str, cfg: RegressionCo
         "instant_window_fitted_s": float(w0 + theta[4]),
         "instant_window_sd_s": float(np.sqrt(theta_cov[4, 4])),
         "power_gain": float(theta[5]),
+        "buffer": None,
     }
+    if np.any(rows.kind == BUFFER):
+        diagnostics["buffer"] = {
+            "n_rows": int((rows.kind == BUFFER).sum()),
+            "weight": cfg.buffer_weight,
+            "kernel": [list(b) for b in cfg.buffer_kernel],
+            "window_s": cfg.buffer_window_s,
+            "lag_s": cfg.buffer_lag_s,
+            "lag_fitted_s": float(cfg.buffer_lag_s - theta[6]),
+            "lag_sd_s": float(np.sqrt(theta_cov[6, 6])),
+            "window_rel_sd": cfg.buffer_window_rel_sd,
+            "scale_vs_counter": None if f.buffer_scale is None else vars(f.buffer_scale),
+        }
+        sc = f.buffer_scale
+        notes.append(
+            f"power buffer: {int((rows.kind == BUFFER).sum())} rows of NVML's ~20 ms samples, "
+            f"lag {1e3 * (cfg.buffer_lag_s - theta[6]):.1f} ms; "
+            + (
+                "no counter to set its scale"
+                if sc is None
+                else f"its energy {sc.scale:.4f} × the counter's over {sc.seconds:.0f} s (±"
+                f"{100 * sc.sd:.2f}%), put on the counter's scale"
+            )
+        )
     diagnostics["step_start_refresh_coverage"] = coverage
     diagnostics["interval_widened_by"] = widen
     if split is not None:

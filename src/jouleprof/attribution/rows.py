@@ -3,6 +3,10 @@
 - counter rows: between two consecutive counter values the device drew exactly their
   difference. Each value is placed on the counter's own refresh grid (`counter_points`): the
   value read at time r belongs to the last refresh before r.
+- buffer rows: NVML's power-sample buffer (power_buffer.csv, one sample every ~20 ms, each
+  stamped by the driver) weighs the power over a short window before its stamp, less a lag
+  (`buffer_rows`; the window, lag and shape measured by benchmarks/buffer_window.py). Its
+  stamps need no refresh grid: each sample is one row where the stamp puts it.
 - power rows: a power reading is the mean power over the window before the refresh that
   produced it (the instant field ~25 ms, the default field 1 s). A reading is labelled with
   the one instant of the power fields' grid inside its update bracket (the two reads between
@@ -28,8 +32,8 @@ from jouleprof.attribution.common import Timeline
 from jouleprof.errors import AttributionError
 from jouleprof.sensors.refresh import RefreshEstimate, counter_points
 
-COUNTER, INSTANT, AVERAGE = 0, 1, 2
-KIND_NAMES = ("counter", "power_instant", "power_avg")
+COUNTER, INSTANT, AVERAGE, BUFFER = 0, 1, 2, 3
+KIND_NAMES = ("counter", "power_instant", "power_avg", "power_buffer")
 
 
 @dataclass
@@ -40,7 +44,7 @@ class SensorRows:
     t1_s: np.ndarray
     power_w: np.ndarray
     kind: np.ndarray
-    """COUNTER, INSTANT or AVERAGE."""
+    """COUNTER, INSTANT, AVERAGE or BUFFER."""
     weight: np.ndarray
     """Square-root weight of the row in the least squares."""
     sigma_s: np.ndarray | None = None
@@ -185,6 +189,97 @@ def sensor_rows(
     t0, t1, p, w, sd, k = (np.concatenate(x) for x in zip(*parts, strict=True))
     order = np.argsort(0.5 * (t0 + t1), kind="stable")
     return SensorRows(t0[order], t1[order], p[order], k[order], w[order], sd[order])
+
+
+def buffer_rows(
+    buffer, window_s: float, lag_s: float, weight: float, t_range_s: tuple[float, float]
+) -> SensorRows | None:
+    """One row per sample of one device's power buffer (a DataFrame with t_s and power_w):
+    the sample stamped t is the power over [t − lag − window, t − lag] (its kernel's span;
+    `Placement` applies the kernel's shape). Samples outside `t_range_s` (the samples' time
+    range) are left out; None if none is left."""
+    if not window_s > 0:
+        raise ValueError(f"buffer window must be > 0 s, got {window_s}")
+    t = buffer["t_s"].to_numpy(dtype=float)
+    p = buffer["power_w"].to_numpy(dtype=float)
+    t1 = t - lag_s
+    t0 = t1 - window_s
+    ok = np.isfinite(t) & np.isfinite(p) & (t0 >= t_range_s[0]) & (t1 <= t_range_s[1])
+    if not ok.any():
+        return None
+    n = int(ok.sum())
+    order = np.argsort(t1[ok], kind="stable")
+    return SensorRows(
+        t0[ok][order],
+        t1[ok][order],
+        p[ok][order],
+        np.full(n, BUFFER),
+        np.full(n, float(weight)),
+        np.full(n, np.nan),
+    )
+
+
+@dataclass(frozen=True)
+class BufferScale:
+    """The power buffer's scale against the counter over the same stretches of time."""
+
+    scale: float
+    """Buffer energy / counter energy (1: the same scale)."""
+    sd: float
+    """Its standard error, from the spread between blocks of `block_s`."""
+    n_blocks: int
+    seconds: float
+    """Time the comparison covers."""
+
+
+def buffer_scale(
+    rows: SensorRows, buffer_t_s, buffer_w, lag_s: float, block_s: float = 5.0
+) -> BufferScale | None:
+    """Compare the buffer's energy with the counter's over the counter rows' intervals.
+
+    The counter rows hold the exact energy between refreshes. Over the same intervals the
+    buffer's energy is its samples held from one stamp to the next (each the power before its
+    stamp, so moved back by `lag_s`): over seconds the kernel's smoothing cancels, and the ratio
+    is the buffer's scale. Blocks of about `block_s` seconds give its spread. None without
+    counter rows or buffer samples around them.
+    """
+    t = np.asarray(buffer_t_s, dtype=float) - lag_s
+    p = np.asarray(buffer_w, dtype=float)
+    ok = np.isfinite(t) & np.isfinite(p)
+    t, p = t[ok], p[ok]
+    m = rows.kind == COUNTER
+    if len(t) < 2 or not m.any():
+        return None
+    cum = np.concatenate([[0.0], np.cumsum(p[1:] * np.diff(t))])
+    a, b = rows.t0_s[m], rows.t1_s[m]
+    inside = (a >= t[0]) & (b <= t[-1])
+    if not inside.any():
+        return None
+    a, b = a[inside], b[inside]
+    e_counter = rows.power_w[m][inside] * (b - a)
+    e_buffer = np.interp(b, t, cum) - np.interp(a, t, cum)
+    seconds = float(np.sum(b - a))
+    n_blocks = max(1, int(round((b[-1] - a[0]) / block_s)))
+    block = np.minimum(((a - a[0]) / (b[-1] - a[0] + 1e-12) * n_blocks).astype(int), n_blocks - 1)
+    ratios = np.array(
+        [e_buffer[block == k].sum() / e_counter[block == k].sum() for k in np.unique(block)]
+    )
+    scale = float(e_buffer.sum() / e_counter.sum())
+    sd = float(np.std(ratios, ddof=1) / np.sqrt(len(ratios))) if len(ratios) > 1 else 0.0
+    return BufferScale(scale, sd, len(ratios), seconds)
+
+
+def merge_rows(a: SensorRows, b: SensorRows | None) -> SensorRows:
+    """`a` and `b` together, sorted by their rows' midpoints (the bootstrap's time order)."""
+    if b is None or len(b) == 0:
+        return a
+    sd = [x.sigma_s if x.sigma_s is not None else np.full(len(x), np.nan) for x in (a, b)]
+    parts = [
+        np.concatenate([getattr(a, f), getattr(b, f)])
+        for f in ("t0_s", "t1_s", "power_w", "kind", "weight")
+    ]
+    rows = SensorRows(*parts, np.concatenate(sd))
+    return rows.select(np.argsort(rows.mid_s, kind="stable"))
 
 
 def jitter_variance_w2(
