@@ -35,3 +35,38 @@ def test_the_buffers_own_window_and_lag_fit_best(load_benchmark):
     assert best["power_w"]["rest"] == pytest.approx(90, rel=0.05)
     wrong = [g for g in out["grid"] if g["window_ms"] == 40 and g["lag_ms"] == 10][0]
     assert wrong["residual_w"] > 20 * best["residual_w"] + 10
+
+
+def test_the_shape_free_response_puts_the_weight_where_the_buffer_looks(load_benchmark):
+    # A 20 ms boxcar ending 10 ms before the stamp: the response spans 10–30 ms, centroid 20.
+    bw = load_benchmark("buffer_window")
+    run = simulate_training(
+        [PhaseSpec("busy", 0.035, 650.0, 0.3), PhaseSpec("rest", 0.05, 90.0, 0.3)], 120, seed=4
+    )
+    rng = np.random.default_rng(0)
+    t = np.cumsum(rng.uniform(0.015, 0.025, 600)) + 1.0
+    t = t[t < run.schedule.end_s - 1.0]
+    watts = [run.schedule.mean_power_w(x - 0.030, x - 0.010) for x in t]
+    buffer = pd.DataFrame({"t_s": t, "device": "gpu0", "power_w": watts})
+    spans = pd.DataFrame([asdict(s) for s in run.spans])
+    r = bw.response(buffer, spans, "busy", bin_s=0.002, lo_s=-0.01, hi_s=0.06)
+    assert r["centroid_ms"] == pytest.approx(20.0, abs=1.0)
+    assert r["step_w"] == pytest.approx(560.0, rel=0.03)  # busy − rest
+    assert r["baseline_w"] == pytest.approx(90.0, abs=5.0)
+    assert r["reach_ms"]["10%"] >= 8 and r["reach_ms"]["99%"] <= 32
+
+
+def test_pieces_cut_a_phase_and_the_gap_after_it(load_benchmark):
+    bw = load_benchmark("buffer_window")
+    spans = pd.DataFrame(
+        {"step": [0, 1], "phase": ["busy", "busy"], "t0_s": [1.0, 1.1], "t1_s": [1.05, 1.13]}
+    )
+    p = bw.piece_spans(spans, "busy", [0.01], [0.02])
+    got = [(r.step, r.phase, round(r.t0_s, 4), round(r.t1_s, 4)) for r in p.itertuples()]
+    assert got[:4] == [
+        (0, "busy0", 1.0, 1.01),
+        (0, "busy1", 1.01, 1.05),
+        (0, "gap0", 1.05, 1.07),
+        (0, "gap1", 1.07, 1.099),  # 1 ms short of the next burst
+    ]
+    assert got[4:6] == [(1, "busy0", 1.1, 1.11), (1, "busy1", 1.11, 1.13)]
