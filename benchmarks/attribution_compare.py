@@ -8,9 +8,20 @@ regression within 5 % of isolation for every phase holding ≥ 2 % of step energ
 
 Also checks the reference itself: a replay is faithful when it takes as long per call as the
 phase takes inside training steps (within 10 %); the sum of the isolated phases is compared with
-the measured energy of a step (the proportional split's total).
+the measured energy of a step (the proportional split's total). For a phase whose replay is not
+faithful it gives a second reference: the measured step less every other phase's isolated
+energy (`difference_j`), and the power the replay's extra time drew.
 
-Usage: python benchmarks/attribution_compare.py RUN_DIR [--json OUT.json]
+Usage: python benchmarks/attribution_compare.py RUN_DIR [--regression FILE] [--json OUT.json]
+
+`--regression FILE` compares another regression result kept in the run directory (e.g.
+phases_regression_auto.csv, rebuilt offline) in place of phases_regression.csv.
+`--rebuild NAME [--set FIELD=VALUE ...]` first rebuilds it offline with the current code
+(`jouleprof.attribution.attribute(RUN, "regression", warmup_steps=0, FIELD=VALUE, ...)`, as
+a cell does, any RegressionConfig field; VALUE true/false/none or a number, or for
+buffer_kernel and instant_kernel a spec such as exp:12, box:24, tri:34 that sets the window
+too) into
+RUN/phases_regression_NAME.csv, and compares that.
 """
 
 from __future__ import annotations
@@ -29,10 +40,11 @@ DEVICE = "gpu0"
 """The device compared (a run measuring several GPUs has rows for each)."""
 
 
-def per_step(run_dir: Path, method: str) -> pd.DataFrame | None:
+def per_step(run_dir: Path, method: str, name: str | None = None) -> pd.DataFrame | None:
     """Energy (with bounds) and time per step of each top-level phase: a parent's own share
-    plus its children's ("forward" = "forward" + "forward/target" + "forward/context")."""
-    p = run_dir / f"phases_{method}.csv"
+    plus its children's ("forward" = "forward" + "forward/target" + "forward/context"), from
+    `name` in `run_dir` (default phases_{method}.csv)."""
+    p = run_dir / (name or f"phases_{method}.csv")
     if not p.is_file():
         return None
     df = pd.read_csv(p)
@@ -60,11 +72,14 @@ def replay_times(run_dir: Path) -> dict[str, float]:
     return out
 
 
-def compare(run_dir: Path) -> dict:
-    tables = {m: per_step(run_dir, m) for m in METHODS}
+def compare(run_dir: Path, regression: str | None = None) -> dict:
+    """The comparison (module docstring); `regression`: the regression's file name in
+    `run_dir` (default phases_regression.csv)."""
+    tables = {m: per_step(run_dir, m, regression if m == "regression" else None) for m in METHODS}
     iso = tables["isolation"]
     out: dict = {
         "run_dir": str(run_dir),
+        "regression_file": regression or "phases_regression.csv",
         "phases": {},
         "missing": [m for m, t in tables.items() if t is None],
     }
@@ -92,7 +107,7 @@ def compare(run_dir: Path) -> dict:
     reg = tables["regression"]
     for joint in [] if reg is None else [p for p in reg.index if "+" in p]:
         members = joint.split("+")
-        if all(m in iso.index for m in members):
+        if all(m in iso.index and pd.notna(iso.loc[m, "energy_per_step_j"]) for m in members):
             ref = float(iso.loc[members, "energy_per_step_j"].sum())
             v = float(reg.loc[joint, "energy_per_step_j"])
             out["phases"][joint] = {
@@ -116,15 +131,90 @@ def compare(run_dir: Path) -> dict:
         out["measured_step_j"] = step_j
         out["isolation_sum_j"] = total
         out["isolation_sum_vs_measured_pct"] = 100 * (total / step_j - 1) if step_j else None
+        _by_difference(out, iso, prop, step_j)
     return out
+
+
+def _by_difference(out: dict, iso: pd.DataFrame, prop: pd.DataFrame, step_j: float) -> None:
+    """A second reference for a phase whose replay is not faithful: the measured step energy
+    less every other phase's isolated energy (the proportional split's for a phase that was
+    not replayed, e.g. data). It carries the other replays' errors and none of its own; the
+    gap to its isolated figure over the replay's extra time is the power that time drew."""
+    iso_j = iso["energy_per_step_j"]
+    for phase, row in out["phases"].items():
+        if row.get("joint") or row.get("replay_faithful") is not False:
+            continue
+        others = [p for p in prop.index if p != phase]
+        rest = sum(
+            float(iso_j[p])
+            if p in iso_j.index and pd.notna(iso_j[p])
+            else float(prop.loc[p, "energy_per_step_j"])
+            for p in others
+        )
+        diff = step_j - rest
+        row["difference_j"] = diff
+        row["not_replayed_j"] = sum(
+            float(prop.loc[p, "energy_per_step_j"])
+            for p in others
+            if p not in iso_j.index or pd.isna(iso_j[p])
+        )
+        if row.get("regression_j") is not None:
+            row["regression_vs_difference_pct"] = 100 * (row["regression_j"] / diff - 1)
+        extra_s = row["replay_s"] - row["in_step_s"]
+        if abs(extra_s) > 1e-6:
+            row["replay_extra_s"] = extra_s
+            row["replay_extra_power_w"] = (row["isolation_j"] - diff) / extra_s
+
+
+def _value(text: str):
+    low = text.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    if low == "none":
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def rebuild(run_dir: Path, name: str, settings: list[str]) -> str:
+    """Rebuild the run's regression offline into phases_regression_NAME.csv; its file name."""
+    from jouleprof.attribution import attribute
+    from jouleprof.attribution.kernels import parse_kernel
+    from jouleprof.store.rundir import RunDir
+
+    opts = {}
+    for item in settings:
+        key, sep, val = item.partition("=")
+        if not sep:
+            raise SystemExit(f"--set takes FIELD=VALUE, got {item!r}")
+        if key in ("buffer_kernel", "instant_kernel"):
+            # A spec such as exp:12 or box:24 (ms): the shape and its window.
+            window_s, opts[key] = parse_kernel(val)
+            opts[key.replace("kernel", "window_s")] = window_s
+        else:
+            opts[key] = _value(val)
+    res = attribute(run_dir, "regression", warmup_steps=0, **opts)
+    file = f"phases_regression_{name}.csv"
+    RunDir(run_dir).write_phases(res.to_frame(), name=file)
+    for dev in res.devices:
+        for note in dev.notes:
+            print(f"{dev.device}: {note}")
+    return file
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("run_dir", type=Path)
+    ap.add_argument("--regression", help="regression file in RUN_DIR (phases_regression.csv)")
+    ap.add_argument("--rebuild", metavar="NAME", help="rebuild the regression offline first")
+    ap.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
-    res = compare(a.run_dir)
+    if a.rebuild:
+        a.regression = rebuild(a.run_dir, a.rebuild, a.set)
+    res = compare(a.run_dir, a.regression)
     if a.json:
         a.json.write_text(json.dumps(res, indent=1))
     cols = ("phase", "share%", "isol J", "regr J", "regr%", "prop J", "prop%", "replay/in")
@@ -145,6 +235,15 @@ def main() -> None:
         "regression within 5% of isolation for phases ≥2% of energy:",
         res.get("regression_meets_target"),
     )
+    for ph, r in res["phases"].items():
+        if "difference_j" in r:
+            print(
+                f"{ph}: replay not faithful; step less the other phases' isolated energy gives "
+                f"{r['difference_j']:.2f} J (regression "
+                f"{r.get('regression_vs_difference_pct', float('nan')):+.1f} % of it); the "
+                f"replay's {1e3 * r.get('replay_extra_s', 0):.1f} ms extra a call drew "
+                f"{r.get('replay_extra_power_w', float('nan')):.0f} W"
+            )
     if res.get("isolation_sum_vs_measured_pct") is not None:
         print(
             f"isolated phases sum to {res['isolation_sum_j']:.2f} J against "
