@@ -180,3 +180,9 @@ def test_a_counter_read_too_rarely_is_left_out_with_a_note(tmp_path):
         pytest.skip("this core has one refresh grid for every signal")
     assert any("read too rarely" in n for n in res.notes)
     assert res.phase("forward").resolved
+
+
+def test_buffer_rows_asked_for_on_a_run_without_a_buffer(run_dir, capsys):
+    code, err = cli(capsys, "attribute", str(run_dir), "--buffer-rows")
+    assert code not in (None, 0)
+    assert "power_buffer.csv" in err and "--power-buffer" in err

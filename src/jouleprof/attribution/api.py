@@ -122,7 +122,8 @@ def attribute(
         device: one device to attribute (e.g. "gpu0"); None: all GPUs, summed in `total`.
         warmup_steps: leading steps to exclude; None: the rule of `common.auto_warmup_steps`.
         **opts: `gap_tolerance_s`, and for regression any `RegressionConfig` field (with
-            `use_buffer` None, the default, the run's power_buffer.csv is used where present).
+            `use_buffer` True or None, the run's power_buffer.csv is used: required / where
+            present; off by default, see `RegressionConfig.use_buffer`).
 
     Raises:
         AttributionError: the data cannot support the attribution (the message says why).

@@ -164,10 +164,13 @@ class RegressionConfig:
     STALL_KEEP_RATIO of the plain model's."""
     stall_quantile: float = 0.05
     """Stall model: a phase's work time in a step is this quantile of its per-step time."""
-    use_buffer: bool | None = None
+    use_buffer: bool | None = False
     """Use NVML's power-sample buffer (power_buffer.csv: a sample every ~20 ms) as rows, each
-    the power over a short window before its stamp. None: where the run recorded it (`jouleprof
-    attribute` reads it from the run directory)."""
+    the power over a short window before its stamp. Off by default: on the H200 (run5,
+    benchmarks/results/attr_vith_b8) these rows moved the large phases ~1 point toward the
+    isolation reference but turned the optimizer's wide interval into a narrow one that misses
+    its reference by +34 %, and the split depends on the buffer's kernel, which the probe data
+    cannot pin down. None: wherever the run recorded it; True: required."""
     buffer_weight: float = 0.5
     """Weight of a buffer row, relative to a counter row (as an instant row's: its window is
     measured on another load, and its rows are many: ~5 per 100 ms refresh)."""

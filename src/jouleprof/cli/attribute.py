@@ -107,6 +107,15 @@ def attribute_cmd(
             show_default=False,
         ),
     ] = None,
+    buffer_rows: Annotated[
+        bool,
+        typer.Option(
+            "--buffer-rows/--no-buffer-rows",
+            help="Regression: also use NVML's ~20 ms power-sample buffer (power_buffer.csv, "
+            "recorded with --power-buffer) as rows. Experimental: on the H200 it sharpened the "
+            "large phases slightly but mis-split short ones (benchmarks/results/attr_vith_b8).",
+        ),
+    ] = False,
     gap_tolerance_s: Annotated[
         float, typer.Option(help="Gaps/overlaps between spans up to this long are noise, s.")
     ] = 0.5e-3,
@@ -124,6 +133,7 @@ def attribute_cmd(
             n_boot=n_boot,
             instant_window_s=instant_window_s,
             stall_model=stall_model,
+            use_buffer=buffer_rows,
         )
         if instant_kernel is not None:
             from jouleprof.attribution.kernels import parse_kernel

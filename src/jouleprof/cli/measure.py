@@ -82,7 +82,8 @@ def measure_cmd(
         bool,
         typer.Option(
             help="Also copy NVML's ~20 ms power-sample buffer to power_buffer.csv (read once a "
-            "second; for analysis, no figure uses it yet)."
+            "second; for analysis: no default figure uses it, `jouleprof attribute "
+            "--buffer-rows` can)."
         ),
     ] = False,
     rapl: Annotated[bool, typer.Option(help="Read CPU energy through RAPL if readable.")] = True,

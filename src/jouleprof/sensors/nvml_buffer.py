@@ -3,9 +3,11 @@
 The driver keeps the board's power sampled about every 20 ms for the last ~2.4 s
 (`nvmlDeviceGetSamples(..., NVML_TOTAL_POWER_SAMPLES, since)`; on the H200 119 samples over
 2.39 s, 0.35 ms of CPU a read, benchmarks/results/nvml_read_cost). That is 5 × the instant
-field's refresh rate for a twentieth of the cost of polling it. What window each sample
-averages is not yet measured, so the samples are recorded for analysis, in their own file,
-not used by any figure:
+field's refresh rate for a twentieth of the cost of polling it. On the H200 each sample
+weighs about the 30 ms before its stamp (benchmarks/results/kernel_probe/f33ed69). The
+samples are recorded in their own file; no default figure uses them, and phase regression
+takes them as rows only when asked (`jouleprof attribute --buffer-rows`), since on a real run
+they mis-split short phases (benchmarks/results/attr_vith_b8, run5):
 
     power_buffer.csv: t_s (the run's clock), device, power_w, timestamp_us (the driver's)
 
@@ -125,7 +127,7 @@ class PowerBufferRecorder:
             "n_failed_reads": self.n_failed_reads,
             "errors": self.errors,
             "note": "NVML's power-sample buffer (~20 ms samples), recorded for analysis; "
-            "no figure uses it yet",
+            "no default figure uses it (regression rows: jouleprof attribute --buffer-rows)",
         }
 
 
