@@ -35,7 +35,7 @@ import numpy as np
 from scipy.optimize import nnls
 
 from jouleprof.attribution.common import Timeline
-from jouleprof.attribution.kernels import BOXCAR, Boxes
+from jouleprof.attribution.kernels import BOXCAR, Boxes, Delays
 from jouleprof.attribution.rows import BUFFER, COUNTER, INSTANT, SensorRows, jitter_variance_w2
 
 PARAMS: tuple[str, ...] = (
@@ -49,6 +49,7 @@ PARAMS: tuple[str, ...] = (
 )
 _MIN_ROW_VAR_W2 = 0.01  # floor on a row's noise variance: no row is trusted beyond 0.1 W
 _STEP_S = 20e-6  # finite-difference step of the Jacobian
+NO_DELAY: Delays = ((0.0, 1.0),)
 
 
 def kernel_fractions(
@@ -61,6 +62,18 @@ def kernel_fractions(
         a, b = t_ref_s - start * window_s, t_ref_s - end * window_s
         out += weight * timeline.overlap_s(a, b, sigma_s) / (b - a)[:, None]
     return out
+
+
+def delayed_fractions(
+    timeline: Timeline, t0_s: np.ndarray, t1_s: np.ndarray, delays: Delays, sigma_s
+) -> np.ndarray:
+    """For counter rows [t0_s, t1_s] whose energy trails the power by `delays` (point delays
+    (delay_s, weight)): the share of each row's energy that each label of `timeline.names`
+    drew, Σ weight × overlap([t0 − delay, t1 − delay]) / (t1 − t0)."""
+    out = np.zeros((len(t0_s), len(timeline.names)))
+    for delay_s, weight in delays:
+        out += weight * timeline.overlap_s(t0_s - delay_s, t1_s - delay_s, sigma_s)
+    return out / (t1_s - t0_s)[:, None]
 
 
 def fit_powers(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -85,6 +98,10 @@ class Placement:
     """The instant field's weighting of its window (`RegressionConfig.instant_kernel`)."""
     buffer_kernel: Boxes = BOXCAR
     """The power buffer's weighting of its window (`RegressionConfig.buffer_kernel`)."""
+    counter_delays: Delays = NO_DELAY
+    """How the energy the counter books trails the power drawn, as point delays (delay_s,
+    weight) (`RegressionConfig.counter_tail_s`): a counter row [t0, t1] holds Σ weight ×
+    the energy of [t0 − delay, t1 − delay]. NO_DELAY: the energy of [t0, t1] itself."""
 
     def placed(self, theta: np.ndarray) -> SensorRows:
         r = self.rows
@@ -121,6 +138,13 @@ class Placement:
                 self.timeline, r.t1_s[m], r.duration_s[m], kernel, row_sig[m]
             )
             plain &= ~m
+        if self.counter_delays != NO_DELAY:
+            m = r.kind == COUNTER
+            if m.any():
+                frac[m] = delayed_fractions(
+                    self.timeline, r.t0_s[m], r.t1_s[m], self.counter_delays, row_sig[m]
+                )
+                plain &= ~m
         frac[plain] = (
             self.timeline.overlap_s(r.t0_s[plain], r.t1_s[plain], row_sig[plain])
             / r.duration_s[plain, None]

@@ -48,6 +48,8 @@ Assumptions, stated so a user can judge a result:
   are fitted and the stall model kept where its residual is clearly lower (STALL_KEEP_RATIO);
 - idle time and untracked time each have one constant power;
 - each signal refreshes on a regular grid whose instants jitter without bias (Gaussian);
+- the counter books each interval's energy when it is drawn (`counter_tail_s`,
+  `counter_lag_s`: a measured response otherwise; off by default);
 - the power readings are the true power times a constant gain (fitted against the counter);
 - the instant field averages a fixed window before its refresh (fitted, `instant_window_s`
   its prior); the power buffer weighs a fixed kernel before its stamp (its lag refined, its
@@ -72,8 +74,15 @@ from scipy.stats import norm
 from jouleprof.attribution.bootstrap import block_bootstrap
 from jouleprof.attribution.common import EXCLUDED, IDLE, Timeline
 from jouleprof.attribution.grid import JitterGrid, device_grids
-from jouleprof.attribution.kernels import BOXCAR, Boxes, exponential
-from jouleprof.attribution.placement import PARAMS, Placement, fit_powers, refine, row_weights
+from jouleprof.attribution.kernels import BOXCAR, Boxes, counter_delays, exponential
+from jouleprof.attribution.placement import (
+    NO_DELAY,
+    PARAMS,
+    Placement,
+    fit_powers,
+    refine,
+    row_weights,
+)
 from jouleprof.attribution.result import DeviceAttribution, PhaseResult, pct_text, unresolved
 from jouleprof.attribution.rows import (
     AVERAGE,
@@ -108,6 +117,13 @@ BUFFER_WINDOW_S = 0.060
 BUFFER_LAG_S = 0.005
 """How long before its stamp a buffer sample's window ends, same source (its ridge: a
 shorter lag goes with a longer window; ±1 ms moves the residual by < 2 %)."""
+
+
+COUNTER_KERNEL_SHIFT_SD_S = 0.0005
+"""With a counter kernel, the prior σ of the counter grid's shift and drift (unless
+RegressionConfig.counter_shift_sd_s says otherwise): the kernel's mean delay was measured
+to about ±0.6 ms on the H200 probes (benchmarks/counter_tail.py), and the reads place the
+counter's grid on the V-JEPA2 runs to within a few tenths of a millisecond."""
 
 
 @dataclass(frozen=True)
@@ -191,6 +207,32 @@ class RegressionConfig:
     """Relative uncertainty of buffer_window_s, carried into every interval as a systematic
     spread (on the kernel probe, exponentials of 40–75 ms fitted within a few percent)."""
 
+    counter_tail_s: float = 0.0
+    """Time constant of an exponential tail by which the energy the counter books trails the
+    power drawn (0: no tail, the counter books each interval's own energy). With a tail, a
+    counter row over [t0, t1] holds the energy drawn before it weighed by the counter's
+    response (`kernels.counter_delays`): energy a phase draws just before a short phase is
+    booked partly during it, and the regression gives it back to the phase that drew it,
+    as a replay loop's energy per call does. Off by default: on the H200 the response
+    measured on the kernel probe (τ 12 ms holding 40 %, lag 0.5 ms) moved the V-JEPA2
+    optimizer and optimizer+EMA further above their isolated energy in every run, plain and
+    stall models alike (benchmarks/results/attr_vith_b8, "Counter tail";
+    benchmarks/counter_tail.py measures the response)."""
+    counter_tail_fraction: float = 1.0
+    """The share of the energy that trails by counter_tail_s; the rest is booked at once
+    (after counter_lag_s)."""
+    counter_lag_s: float = 0.0
+    """The counter books the energy drawn this long before (a pure delay; the tail follows
+    it). 0 with counter_tail_s 0: no kernel at all."""
+    counter_tail_rel_sd: float = 0.25
+    """Relative uncertainty of counter_tail_s, carried into every interval as a systematic
+    spread where a tail is set."""
+    counter_shift_sd_s: float | None = None
+    """Prior σ of the counter grid's shift and drift where the fit refines them. None: the grid
+    fit's own standard error, capped at COUNTER_KERNEL_SHIFT_SD_S where a counter kernel is
+    set (the kernel's lag is measured against the grid where the counter's reads put it, and
+    the shift would trade with it)."""
+
     def __post_init__(self) -> None:
         for name in ("instant_window_s", "average_window_s", "block_s", "buffer_window_s"):
             if not getattr(self, name) > 0:
@@ -204,6 +246,7 @@ class RegressionConfig:
             "min_rel_halfwidth",
             "buffer_lag_sd_s",
             "buffer_jitter_s",
+            "counter_tail_s",
         ):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be ≥ 0, got {getattr(self, name)}")
@@ -221,6 +264,18 @@ class RegressionConfig:
             raise ValueError(
                 f"buffer_window_rel_sd must be in [0, 1), got {self.buffer_window_rel_sd}"
             )
+        if not 0 <= self.counter_tail_fraction <= 1:
+            raise ValueError(
+                f"counter_tail_fraction must be in [0, 1], got {self.counter_tail_fraction}"
+            )
+        if not 0 <= self.counter_tail_rel_sd < 1:
+            raise ValueError(
+                f"counter_tail_rel_sd must be in [0, 1), got {self.counter_tail_rel_sd}"
+            )
+        if self.counter_shift_sd_s is not None and not self.counter_shift_sd_s >= 0:
+            raise ValueError(f"counter_shift_sd_s must be ≥ 0, got {self.counter_shift_sd_s}")
+        if not np.isfinite(self.counter_lag_s):
+            raise ValueError(f"counter_lag_s must be finite, got {self.counter_lag_s}")
         if not 0 <= self.stall_quantile < 0.5:
             raise ValueError(f"stall_quantile must be in [0, 0.5), got {self.stall_quantile}")
 
@@ -239,6 +294,7 @@ class _Fit:
     half_s: float
     center_s: float
     buffer_scale: BufferScale | None = None
+    prior_sd: np.ndarray | None = None
 
 
 def check_kernel(kernel, name: str = "instant_kernel") -> None:
@@ -255,6 +311,14 @@ def check_kernel(kernel, name: str = "instant_kernel") -> None:
             f"{name} must be boxes (start, end, weight) with start > end ≥ 0 (in "
             f"windows before the refresh) and weights summing to 1, got {kernel!r}"
         )
+
+
+def _counter_delays(cfg: RegressionConfig):
+    """The counter's response as point delays (`kernels.counter_delays`); NO_DELAY when the
+    config sets neither a tail nor a lag."""
+    if cfg.counter_tail_s == 0 and cfg.counter_lag_s == 0:
+        return NO_DELAY
+    return counter_delays(cfg.counter_tail_s, cfg.counter_tail_fraction, cfg.counter_lag_s)
 
 
 def _fit_pass(
@@ -282,12 +346,19 @@ def _fit_pass(
             ),
         )
     sigma = np.array([jc.jitter_s, jp.jitter_s, jp.jitter_s, cfg.buffer_jitter_s])
-    frac = timeline.overlap_s(rows.t0_s, rows.t1_s, float(sigma.max())) / rows.duration_s[:, None]
+    delays = _counter_delays(cfg)
+    # A counter row whose energy trails the power reaches back (or, at a negative lag,
+    # forward) by its delays: the time it weighs must be clear of excluded time too.
+    counter = rows.kind == COUNTER
+    d_lo, d_hi = min(d for d, _ in delays), max(d for d, _ in delays)
+    a_s = np.where(counter, rows.t0_s - max(d_hi, 0.0), rows.t0_s)
+    b_s = np.where(counter, rows.t1_s - min(d_lo, 0.0), rows.t1_s)
+    frac = timeline.overlap_s(a_s, b_s, float(sigma.max())) / (b_s - a_s)[:, None]
     r0, r1 = timeline.region_s
     keep = (
         (frac[:, [timeline.names.index(nm) for nm in EXCLUDED]].max(axis=1) <= 1e-6)
-        & (rows.t0_s >= timeline.edges_s[0])
-        & (rows.t1_s <= timeline.edges_s[-1])
+        & (a_s >= timeline.edges_s[0])
+        & (b_s <= timeline.edges_s[-1])
         & (rows.t1_s > r0 - cfg.margin_s)
         & (rows.t0_s < r1 + cfg.margin_s)
     )
@@ -319,6 +390,7 @@ def _fit_pass(
         np.clip((mid - center) / half, -1, 1),
         cfg.instant_kernel,
         cfg.buffer_kernel,
+        delays,
     )
     kind_w = np.array(
         [cfg.counter_weight, cfg.instant_weight, cfg.average_weight, cfg.buffer_weight]
@@ -334,10 +406,18 @@ def _fit_pass(
     has_counter = bool(np.any(rows.kind == COUNTER))
     has_fields = bool(np.any((rows.kind == INSTANT) | (rows.kind == AVERAGE)))
     has_buffer = bool(np.any(rows.kind == BUFFER))
+    c_shift_sd, c_drift_sd = jc.offset_se_s, jc.period_se_s * half / jc.grid.period_s
+    if cfg.counter_shift_sd_s is not None:
+        c_shift_sd = c_drift_sd = cfg.counter_shift_sd_s
+    elif delays != NO_DELAY:
+        # The kernel was measured against the grid where the counter's reads put it; its lag
+        # and this shift are one term, so the shift stays within the lag's uncertainty.
+        c_shift_sd = min(c_shift_sd, COUNTER_KERNEL_SHIFT_SD_S)
+        c_drift_sd = min(c_drift_sd, COUNTER_KERNEL_SHIFT_SD_S)
     prior_sd = np.maximum(
         [
-            jc.offset_se_s,
-            jc.period_se_s * half / jc.grid.period_s,
+            c_shift_sd,
+            c_drift_sd,
             jp.offset_se_s,
             jp.period_se_s * half / jp.grid.period_s,
             0.4 * w0 if fit_window else 0.0,
@@ -364,7 +444,7 @@ def _fit_pass(
             if cfg.reweight:
                 w = row_weights(pl, x, power, kind_w, theta)
     power = fit_powers(x * w[:, None], y * w)
-    return _Fit(pl, cover, theta, theta_cov, w, x, power, half, center, scale)
+    return _Fit(pl, cover, theta, theta_cov, w, x, power, half, center, scale, prior_sd)
 
 
 def _moved(jg: JitterGrid, shift_s: float, drift_s: float, center_s: float, half_s: float):
@@ -511,11 +591,22 @@ def _attribute(found: _Grids, timeline: Timeline, device: str, cfg: RegressionCo
     if f.buffer_scale is not None and f.buffer_scale.sd > 0:
         # And its scale, set against the counter block by block.
         perturb.append((np.zeros(4), no_theta, 0.0, f.buffer_scale.sd / f.buffer_scale.scale))
-    for d_sigma, d_theta, d_stretch, d_scale in perturb:
+    pls = [(pl, pl)] * len(perturb)
+    if cfg.counter_tail_s > 0 and cfg.counter_tail_fraction > 0 and cfg.counter_tail_rel_sd > 0:
+        # The tail was measured on another load: what would a longer or shorter one change?
+        taus = cfg.counter_tail_s * (1.0 + np.array([1.0, -1.0]) * cfg.counter_tail_rel_sd)
+        pls.append(
+            tuple(
+                replace(pl, counter_delays=_counter_delays(replace(cfg, counter_tail_s=tau)))
+                for tau in taus
+            )
+        )
+        perturb.append((np.zeros(4), no_theta, 0.0, 0.0))
+    for (d_sigma, d_theta, d_stretch, d_scale), pl_pm in zip(perturb, pls, strict=True):
         fits = []
-        for sign in (1.0, -1.0):
+        for sign, pl_s in zip((1.0, -1.0), pl_pm, strict=True):
             th = theta + sign * d_theta
-            xs = pl.design(th, sigma + sign * d_sigma, 1.0 + sign * d_stretch)
+            xs = pl_s.design(th, sigma + sign * d_sigma, 1.0 + sign * d_stretch)
             fits.append(fit_powers(xs * w[:, None], pl.target(th, 1.0 + sign * d_scale) * w))
         sens.append(0.5 * (fits[0] - fits[1]))
     # One row per perturbation: how every power moves together. Phases that trade energy
@@ -598,6 +689,20 @@ def _attribute(found: _Grids, timeline: Timeline, device: str, cfg: RegressionCo
                 else f"its energy {sc.scale:.4f} × the counter's over {sc.seconds:.0f} s (±"
                 f"{100 * sc.sd:.2f}%), put on the counter's scale"
             )
+        )
+    if pl.counter_delays != NO_DELAY:
+        diagnostics["counter_kernel"] = {
+            "tail_s": cfg.counter_tail_s,
+            "fraction": cfg.counter_tail_fraction,
+            "lag_s": cfg.counter_lag_s,
+            "tail_rel_sd": cfg.counter_tail_rel_sd,
+            "shift_prior_sd_s": float(f.prior_sd[0]),
+        }
+        notes.append(
+            f"counter kernel: the energy the counter books trails the power drawn ("
+            f"{100 * cfg.counter_tail_fraction:.0f}% by an exponential of τ "
+            f"{1e3 * cfg.counter_tail_s:g} ms, after a lag of {1e3 * cfg.counter_lag_s:g} ms); "
+            f"its grid shifted {1e3 * theta[0]:+.2f} ms (prior σ {1e3 * f.prior_sd[0]:.2f} ms)"
         )
     diagnostics["step_start_refresh_coverage"] = coverage
     diagnostics["interval_widened_by"] = widen

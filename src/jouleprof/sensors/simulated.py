@@ -73,6 +73,27 @@ class PowerSchedule:
         i = bisect.bisect_right(self._edges_s, t_s) - 1
         return self._cum_j[i] + (t_s - self._edges_s[i]) * self._power_w[i]
 
+    def in_flight_j(self, t_s: float, tau_s: float) -> float:
+        """∫₀^∞ exp(−s/τ) p(t − s) ds: the energy drawn before `t_s` that a response
+        trailing by an exponential of time constant `tau_s` has not yet booked (exact for the
+        piecewise-constant schedule, idle power before its start)."""
+        if tau_s <= 0:
+            return 0.0
+        edges, power = self._edges_s, self._power_w
+        i = bisect.bisect_right(edges, t_s) - 1  # the segment holding t_s (-1: before start)
+        total, hi = 0.0, t_s  # hi: the later end of the piece being added
+        if i >= len(power):  # after the schedule: idle from its end
+            total += self.idle_w * tau_s * (1.0 - math.exp(-(t_s - edges[-1]) / tau_s))
+            hi, i = edges[-1], len(power) - 1
+        while i >= 0 and (t_s - hi) < 40.0 * tau_s:
+            lo = edges[i]
+            decay = math.exp(-(t_s - hi) / tau_s) - math.exp(-(t_s - lo) / tau_s)
+            total += power[i] * tau_s * decay
+            hi, i = lo, i - 1
+        if i < 0:  # before the schedule: idle
+            total += self.idle_w * tau_s * math.exp(-(t_s - min(hi, edges[0])) / tau_s)
+        return total
+
     def energy_j(self, t0_s: float, t1_s: float) -> float:
         """Exact energy of the window [t0_s, t1_s]."""
         return self.energy_until_j(t1_s) - self.energy_until_j(t0_s)
@@ -110,6 +131,14 @@ class SensorModel:
     (~101–103 ms), not with the counter (benchmarks/results/measure_core)."""
     power_refresh_jitter_s: float = 0.003
     """Standard deviation of each power-field refresh instant around its grid point."""
+    counter_tail_s: float = 0.0
+    """The energy counter books a share `counter_tail_fraction` of the energy drawn late, by
+    an exponential of this time constant (0: at once, as the default). The power fields do
+    not see it: it is the counter's own response (attribution's `counter_tail_s` models it)."""
+    counter_tail_fraction: float = 1.0
+    """The share of the energy that trails by counter_tail_s."""
+    counter_lag_s: float = 0.0
+    """The counter books the energy drawn this long before its refresh (a pure delay)."""
 
     def __post_init__(self) -> None:
         if self.refresh_s <= 0:
@@ -131,6 +160,13 @@ class SensorModel:
             raise ValueError(
                 "power_refresh_s must be > 0 and power_refresh_jitter_s in [0, power_refresh_s/4)"
             )
+        if self.counter_tail_s < 0 or not 0 <= self.counter_tail_fraction <= 1:
+            raise ValueError(
+                "counter_tail_s must be ≥ 0 and counter_tail_fraction in [0, 1], got "
+                f"{self.counter_tail_s}, {self.counter_tail_fraction}"
+            )
+        if self.counter_lag_s < 0:
+            raise ValueError(f"counter_lag_s must be ≥ 0, got {self.counter_lag_s}")
         if self.power_noise_w < 0:
             raise ValueError(f"power_noise_w must be ≥ 0, got {self.power_noise_w}")
 
@@ -252,7 +288,10 @@ class SimulatedGPU:
             self.n_counter_reads += 1
             tau_c = self._counter.instants_s[self._counter.last(now_s)]
             res = m.counter_resolution_j
-            total_j = m.counter_origin_j + sched.energy_until_j(tau_c)
+            t_c = tau_c - m.counter_lag_s
+            total_j = m.counter_origin_j + sched.energy_until_j(t_c)
+            if m.counter_tail_s > 0:
+                total_j -= m.counter_tail_fraction * sched.in_flight_j(t_c, m.counter_tail_s)
             energy_j = round(math.floor(total_j / res + 1e-9) * res, 6)
         k = self._power.last(now_s)
         tau = self._power.instants_s[k]
