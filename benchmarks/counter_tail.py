@@ -75,6 +75,24 @@ def probe_rows(run: Path, device: str = "gpu0"):
     return tl, rows.select(keep), jc
 
 
+def grid_window_ms(samples: pd.DataFrame, device: str, period_s: float, step_ms: float = 0.05):
+    """The offsets (ms, modulo the period) of a refresh grid of `period_s` that no read of the
+    counter contradicts: every pair of reads whose value changed holds a refresh, every pair
+    that did not holds none (the fewest contradictions where none is free of them). Where the
+    reads alone place the grid, independent of the power data; (lo, hi, contradictions)."""
+    e = samples[samples["device"].astype(str) == device].dropna(subset=["energy_j"])
+    t, v = e["t_s"].to_numpy(float), e["energy_j"].to_numpy(float)
+    changed = np.diff(v) > 0
+    offs = np.arange(0.0, period_s, step_ms / 1e3)
+    n = np.floor((t[1:, None] - offs) / period_s) - np.floor((t[:-1, None] - offs) / period_s)
+    bad = ((n >= 1) != changed[:, None]).sum(axis=0)
+    ok = offs[bad == bad.min()]
+    # The window may wrap around the period: report it around its middle.
+    if len(ok) > 1 and ok[-1] - ok[0] > period_s / 2:
+        ok = np.where(ok < period_s / 2, ok + period_s, ok)
+    return float(1e3 * ok.min()), float(1e3 * ok.max()), int(bad.min())
+
+
 def scan(tl, rows, jitter_s: float, tails_ms=TAILS_MS, fractions=FRACTIONS, lags_ms=LAGS_MS):
     """Every kernel of the scan: its (τ ms, f, lag ms) and design matrix (rows × fitted labels)."""
     cols = [j for j, nm in enumerate(tl.names) if nm not in EXCLUDED]
@@ -228,11 +246,14 @@ def probe(
         return {"median": float(med), "lo95": float(lo), "hi95": float(hi)}
 
     busy = [nm for nm in names if nm not in ("idle",)][0]
+    lo, hi, bad = grid_window_ms(pd.read_csv(run / "samples.csv"), device, jc.grid.period_s)
     out = {
         "run": str(run),
         "device": device,
         "n_rows": len(rows),
         "counter_grid": jc.to_json(),
+        "counter_grid_offset_ms": 1e3 * (jc.grid.offset_s % jc.grid.period_s),
+        "counter_grid_window_ms": {"lo": lo, "hi": hi, "contradicting_reads": bad},
         "none": entry(none),
         "best_lag_only": entry(best_lag),
         "best": entry(best),
@@ -265,7 +286,12 @@ def _print_probe(p: dict) -> None:
             + ", ".join(f"{k} {v:.0f} W" for k, v in e["power_w"].items())
         )
 
-    print(f"{p['run']}: {p['n_rows']} counter rows")
+    g = p["counter_grid_window_ms"]
+    print(
+        f"{p['run']}: {p['n_rows']} counter rows; its grid at {p['counter_grid_offset_ms']:.2f} "
+        f"ms, the reads allow {g['lo']:.2f}-{g['hi']:.2f} ms ({g['contradicting_reads']} reads "
+        "against)"
+    )
     print("  no kernel:   " + line(p["none"]))
     print("  lag only:    " + line(p["best_lag_only"]))
     print("  best:        " + line(p["best"]))
@@ -346,6 +372,17 @@ def evaluate(run: Path, kernel: dict, work: Path) -> dict:
             if not link.exists():
                 link.symlink_to(f.resolve())
     out: dict = {"run": str(run), "kernel": kernel, "models": {}}
+    samples = pd.read_csv(run / "samples.csv")
+    dev = samples[samples["device"].astype(str) == "gpu0"]
+    jc = device_grids(samples, dev, True, False)[0]["counter"]
+    lo, hi, bad = grid_window_ms(samples, "gpu0", jc.grid.period_s)
+    out["counter_grid"] = {
+        "offset_ms": 1e3 * (jc.grid.offset_s % jc.grid.period_s),
+        "offset_se_ms": 1e3 * jc.offset_se_s,
+        "jitter_ms": 1e3 * jc.jitter_s,
+        "reads_allow_ms": [lo, hi],
+        "contradicting_reads": bad,
+    }
     for name, settings, with_kernel in MODELS:
         opts = dict(settings)
         if with_kernel is True:
