@@ -12,6 +12,13 @@ the measured energy of a step (the proportional split's total). For a phase whos
 faithful it gives a second reference: the measured step less every other phase's isolated
 energy (`difference_j`), and the power the replay's extra time drew.
 
+Where the run replayed a loop that over-determines a phase ("forward+backward+optimizer"), it
+also reports that phase priced where it runs in a step (`in_place_j`: for the optimizer,
+forward+backward+optimizer − forward+backward per call, times its calls per step; bound by
+interval arithmetic), the regression against it, and its time per call against the phase's
+time inside the steps. The isolation figures (and the 5 % target) stay those of the phase
+replayed alone.
+
 Usage: python benchmarks/attribution_compare.py RUN_DIR [--regression FILE] [--json OUT.json]
 
 `--regression FILE` compares another regression result kept in the run directory (e.g.
@@ -72,6 +79,53 @@ def replay_times(run_dir: Path) -> dict[str, float]:
     return out
 
 
+def in_place_per_call(run_dir: Path) -> tuple[dict, dict]:
+    """(in place, isolated): each phase's energy per call where an over-determining loop
+    prices it where it runs (`isolation.in_place_energies`), and the main system's isolated
+    figures; ({}, {}) where the run has no such loop. The loops come from isolation.csv, else
+    from isolation_windows.csv measured on samples.csv (read only when such a loop exists)."""
+    from jouleprof.attribution import isolation as iso
+    from jouleprof.store.isolation import read_isolation_windows
+
+    if (run_dir / iso.ISOLATION_CSV).is_file():
+        loops = iso.read_isolation_csv(run_dir)
+    elif (run_dir / iso.WINDOWS_CSV).is_file():
+        windows = read_isolation_windows(run_dir / iso.WINDOWS_CSV)
+        shapes = [iso.IsolationResult(w.replay, w.n_calls, 1.0, 0.0, 0.0, 0.0) for w in windows]
+        if not iso.split_loops(shapes)[1]:
+            return {}, {}
+        from jouleprof.store.rundir import RunDir
+
+        samples = RunDir(run_dir).read_samples()
+        loops = iso.results_from_windows(samples, run_dir / iso.WINDOWS_CSV, DEVICE)
+    else:
+        return {}, {}
+    loops = [r for r in loops if r.device == DEVICE]
+    return iso.in_place_energies(loops), iso.per_call_energies(loops)
+
+
+def _in_place(out: dict, run_dir: Path, inside: dict[str, float]) -> None:
+    """Add the in-place reference (module docstring) to the rows of the phases that have one."""
+    in_place, isolated = in_place_per_call(run_dir)
+    for phase, c in in_place.items():
+        row = out["phases"].get(phase)
+        alone = isolated.get(phase)
+        if row is None or alone is None or not alone.energy_j or not row.get("isolation_j"):
+            continue
+        calls = row["isolation_j"] / alone.energy_j  # calls per step
+        v = calls * c.energy_j
+        row["in_place_j"] = v
+        row["in_place_lo_j"] = calls * c.energy_lo_j
+        row["in_place_hi_j"] = calls * c.energy_hi_j
+        row["in_place_derived_from"] = c.derived_from
+        row["in_place_vs_isolation_pct"] = 100 * (v / row["isolation_j"] - 1)
+        if row.get("regression_j") is not None and v:
+            row["regression_vs_in_place_pct"] = 100 * (row["regression_j"] / v - 1)
+        row["in_place_s"] = c.time_s
+        if inside.get(phase):
+            row["in_place_time_ratio"] = c.time_s / inside[phase]
+
+
 def compare(run_dir: Path, regression: str | None = None) -> dict:
     """The comparison (module docstring); `regression`: the regression's file name in
     `run_dir` (default phases_regression.csv)."""
@@ -126,6 +180,7 @@ def compare(run_dir: Path, regression: str | None = None) -> dict:
             row["replay_s"], row["in_step_s"] = replay[phase], inside[phase]
             row["replay_time_ratio"] = replay[phase] / inside[phase]
             row["replay_faithful"] = abs(row["replay_time_ratio"] - 1) <= 0.10
+    _in_place(out, run_dir, inside)
     if prop is not None:
         step_j = float(prop["energy_per_step_j"].sum())
         out["measured_step_j"] = step_j
@@ -243,6 +298,19 @@ def main() -> None:
                 f"{r.get('regression_vs_difference_pct', float('nan')):+.1f} % of it); the "
                 f"replay's {1e3 * r.get('replay_extra_s', 0):.1f} ms extra a call drew "
                 f"{r.get('replay_extra_power_w', float('nan')):.0f} W"
+            )
+    for ph, r in res["phases"].items():
+        if "in_place_j" in r:
+            reg = r.get("regression_vs_in_place_pct")
+            ratio = r.get("in_place_time_ratio")
+            print(
+                f"{ph} in place ({r['in_place_derived_from']}): {r['in_place_j']:.3f} J "
+                f"[{r['in_place_lo_j']:.3f}, {r['in_place_hi_j']:.3f}] a step, "
+                f"{r['in_place_vs_isolation_pct']:+.1f} % of its isolated replay; regression "
+                + ("—" if reg is None else f"{reg:+.1f} %")
+                + " of it; "
+                + f"{1e3 * r['in_place_s']:.2f} ms a call"
+                + ("" if ratio is None else f" ({ratio:.2f}× its time in the steps)")
             )
     if res.get("isolation_sum_vs_measured_pct") is not None:
         print(

@@ -1,10 +1,17 @@
 """Phase energy from replay loops measured alone: the slow reference for the other methods.
 
 A GPU runner (elsewhere: it needs torch) replays parts of the step on their own, each in a loop
-of at least 5 s on the energy counter: "forward"; "forward+backward"; "optimizer"; "ema". This
-module is the pure part: it reads and writes the loops' results, differences them into an
-energy per call of each phase (backward = (forward+backward) − forward), and scales those to
-how often each phase ran in the analysed steps of the run.
+of at least 5 s on the energy counter: "forward"; "forward+backward"; "optimizer"; "ema"; and
+"forward+backward+optimizer". This module is the pure part: it reads and writes the loops'
+results, differences them into an energy per call of each phase (backward = (forward+backward)
+− forward), and scales those to how often each phase ran in the analysed steps of the run.
+
+The main system is built from the loops that each add a new combination of phases, taken
+fewest phases first (`split_loops`); a loop whose combination the others already determine
+("forward+backward+optimizer" beside "forward+backward" and "optimizer") is kept out of it, so
+that it cannot pull a phase by least squares. Such a loop gives an alternative reference
+instead (`in_place_energies`): the phase priced where it runs in a step, e.g. the optimizer
+right after a backward = (forward+backward+optimizer) − (forward+backward), per call.
 
 isolation.csv (in the run directory), one row per replay loop:
 
@@ -205,13 +212,94 @@ class CallEnergy:
     """How it was derived, e.g. "forward+backward − forward"."""
 
 
+def _phase_names(results: list[IsolationResult]) -> list[str]:
+    names: list[str] = []
+    for r in results:
+        names += [p for p in r.phases if p not in names]
+    return names
+
+
+def _counts(r: IsolationResult, names: list[str]) -> tuple[int, ...]:
+    return tuple(r.phases.count(p) for p in names)
+
+
+def split_loops(
+    results: list[IsolationResult],
+) -> tuple[list[IsolationResult], list[IsolationResult]]:
+    """The loops of the main system, and the loops it leaves out (alternative references).
+
+    Distinct combinations of phases are taken fewest phases first (then in the order given);
+    one is kept when it is not a linear combination of those kept before it. Loops repeating
+    a kept combination are kept (the system averages them by least squares); loops of a
+    combination left out are left out. Without an over-determining loop all are kept, so the
+    main system is the one the loops always gave.
+    """
+    names = _phase_names(results)
+    combos: list[tuple[int, ...]] = []
+    for r in results:
+        c = _counts(r, names)
+        if c not in combos:
+            combos.append(c)
+    kept: list[tuple[int, ...]] = []
+    for c in sorted(combos, key=sum):  # sorted() is stable: ties stay in the order given
+        if np.linalg.matrix_rank(np.array(kept + [c], dtype=float)) > len(kept):
+            kept.append(c)
+    main = [r for r in results if _counts(r, names) in kept]
+    extra = [r for r in results if _counts(r, names) not in kept]
+    return main, extra
+
+
+def _mean_per_call(loops: list[IsolationResult]) -> tuple[float, float, float, float]:
+    """Energy, its bounds and time per call, averaged over loops of one combination."""
+    k = len(loops)
+    return (
+        sum(r.energy_j / r.n_calls for r in loops) / k,
+        sum(r.energy_lo_j / r.n_calls for r in loops) / k,
+        sum(r.energy_hi_j / r.n_calls for r in loops) / k,
+        sum(r.time_s / r.n_calls for r in loops) / k,
+    )
+
+
+def in_place_energies(results: list[IsolationResult]) -> dict[str, CallEnergy]:
+    """Energy per call of a phase where it runs: a left-out loop less the loop of its other
+    phases ("optimizer" = forward+backward+optimizer − forward+backward).
+
+    For each loop `split_loops` leaves out and each phase p it replays once, where a main loop
+    replays exactly its other phases, p in place is the difference of the two, per call
+    (repeated loops of one combination averaged), its bound by interval arithmetic: the
+    widest the two bounds allow. Keyed by phase; phases with no such pair are left out. The
+    main system (`per_call_energies`) is not affected.
+    """
+    main, extra = split_loops(results)
+    names = _phase_names(results)
+    out: dict[str, CallEnergy] = {}
+    for combo in dict.fromkeys(_counts(r, names) for r in extra):
+        loops = [r for r in extra if _counts(r, names) == combo]
+        for j, name in enumerate(names):
+            if combo[j] != 1 or name in out:
+                continue
+            rest = tuple(n - (i == j) for i, n in enumerate(combo))
+            base = [r for r in main if _counts(r, names) == rest]
+            if not base or not any(rest):
+                continue
+            e, lo, hi, t = _mean_per_call(loops)
+            be, blo, bhi, bt = _mean_per_call(base)
+            out[name] = CallEnergy(
+                name, e - be, lo - bhi, hi - blo, t - bt, f"{loops[0].replay} − {base[0].replay}"
+            )
+    return out
+
+
 def per_call_energies(results: list[IsolationResult]) -> dict[str, CallEnergy]:
     """Energy per call of every phase the replays identify, by differencing.
 
-    Each loop gives the summed energy per call of the phases it replays; the phases form a
-    linear system (least squares where several loops repeat one combination). A phase is
-    identified when its energy is a fixed combination of loops; the others are left out.
+    Each loop of the main system (`split_loops`: loops that over-determine a phase are left
+    out, see `in_place_energies`) gives the summed energy per call of the phases it replays;
+    the phases form a linear system (least squares where several loops repeat one
+    combination). A phase is identified when its energy is a fixed combination of loops; the
+    others are left out.
     """
+    results, _ = split_loops(results)
     names: list[str] = []
     for r in results:
         names += [p for p in r.phases if p not in names]
@@ -304,6 +392,15 @@ def attribute_isolation(
         for p in calls
         if p not in timeline.counts
     ]
+    in_place = in_place_energies(mine)
+    for p, c in in_place.items():
+        iso = calls.get(p)
+        vs = f" against {iso.energy_j:.4g} J isolated" if iso is not None else ""
+        notes.append(
+            f"{p} in place ({c.derived_from}): {c.energy_j:.4g} J/call "
+            f"[{c.energy_lo_j:.4g}, {c.energy_hi_j:.4g}]{vs}; an alternative reference, "
+            "not used in the phases above"
+        )
     short = [r.replay for r in mine if r.time_s < MIN_LOOP_S]
     if short:
         notes.append(f"replays shorter than {MIN_LOOP_S:g} s: {short}")
@@ -318,6 +415,8 @@ def attribute_isolation(
         diagnostics={
             "per_call": {k: vars(v) for k, v in calls.items()},
             "replays": [r.replay for r in mine],
+            "alternative_replays": [r.replay for r in split_loops(mine)[1]],
+            "in_place": {k: vars(v) for k, v in in_place.items()},
         },
         notes=notes,
     )

@@ -1,7 +1,8 @@
 """The isolation reference: each replayable phase run alone in a loop, as a window of time.
 
 For a step whose phases can be replayed on their own ("forward", "forward+backward",
-"optimizer", "ema", ...), each replay runs alone in a loop for at least `duration_s` after a
+"optimizer", "ema", and "forward+backward+optimizer", which prices the optimizer where it runs,
+after a backward), each replay runs alone in a loop for at least `duration_s` after a
 short warm-up, while the sampler records in the background. The device is synchronized only
 at the loop's edges, so the loop runs as it would in training. The result of each replay is a
 *window*: [t0_s, t1_s] on the run's clock (the clock of samples.csv) and the number of calls

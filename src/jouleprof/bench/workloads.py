@@ -189,6 +189,9 @@ class _VJepa2Session:
             "forward+backward": t.run_forward_backward,
             "optimizer": t.run_optimizer_step,
             "ema": t.run_ema,
+            # Last, so the loops above run as before; the attribution keeps it out of the main
+            # system (it over-determines the optimizer) and reports the optimizer in place.
+            "forward+backward+optimizer": t.run_forward_backward_optimizer,
         }
 
     def facts(self) -> dict[str, Any]:

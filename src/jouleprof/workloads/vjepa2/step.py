@@ -252,6 +252,14 @@ class VJepa2Trainer:
             self.run_forward_backward()
         return self._optimizer_step()
 
+    def run_forward_backward_optimizer(self, batch: VJepa2Batch | None = None) -> float:
+        """Forward, backward and the optimizer step as a training step runs them (gradients
+        to None first, no EMA): the optimizer priced where it runs, right after a backward
+        (forward+backward+optimizer − forward+backward), beside its replay alone, which may
+        find caches, clocks and power in another state. Replays change the weights."""
+        self.run_forward_backward(batch)
+        return self._optimizer_step()
+
     def run_ema(self) -> float:
         """The EMA phase alone, with the current step's momentum."""
         return self._ema()
