@@ -15,17 +15,22 @@ import pytest
 from jouleprof.sensors.simulated_workload import PhaseSpec, simulate_training
 
 
-def test_the_buffers_own_window_and_lag_fit_best(load_benchmark):
-    bw = load_benchmark("buffer_window")
+def _square_wave_buffer(window_s: float, lag_s: float):
+    """A busy/rest square wave, and a ~20 ms buffer whose samples average `window_s` ending
+    `lag_s` before their stamps."""
     run = simulate_training(
         [PhaseSpec("busy", 0.035, 650.0, 0.3), PhaseSpec("rest", 0.05, 90.0, 0.3)], 120, seed=4
     )
     rng = np.random.default_rng(0)
     t = np.cumsum(rng.uniform(0.015, 0.025, 600)) + 1.0
     t = t[t < run.schedule.end_s - 1.0]
-    w_true, lag_true = 0.020, 0.010
-    watts = [run.schedule.mean_power_w(x - lag_true - w_true, x - lag_true) for x in t]
-    buffer = pd.DataFrame({"t_s": t, "device": "gpu0", "power_w": watts})
+    watts = [run.schedule.mean_power_w(x - lag_s - window_s, x - lag_s) for x in t]
+    return run, pd.DataFrame({"t_s": t, "device": "gpu0", "power_w": watts})
+
+
+def test_the_buffers_own_window_and_lag_fit_best(load_benchmark):
+    bw = load_benchmark("buffer_window")
+    run, buffer = _square_wave_buffer(0.020, 0.010)
     spans = pd.DataFrame([asdict(s) for s in run.spans])
     out = bw.fit_windows(buffer, spans, bw.grid_ms("5:40:5"), bw.grid_ms("-20:30:5"))
     best = out["best"]
@@ -40,14 +45,7 @@ def test_the_buffers_own_window_and_lag_fit_best(load_benchmark):
 def test_the_shape_free_response_puts_the_weight_where_the_buffer_looks(load_benchmark):
     # A 20 ms boxcar ending 10 ms before the stamp: the response spans 10–30 ms, centroid 20.
     bw = load_benchmark("buffer_window")
-    run = simulate_training(
-        [PhaseSpec("busy", 0.035, 650.0, 0.3), PhaseSpec("rest", 0.05, 90.0, 0.3)], 120, seed=4
-    )
-    rng = np.random.default_rng(0)
-    t = np.cumsum(rng.uniform(0.015, 0.025, 600)) + 1.0
-    t = t[t < run.schedule.end_s - 1.0]
-    watts = [run.schedule.mean_power_w(x - 0.030, x - 0.010) for x in t]
-    buffer = pd.DataFrame({"t_s": t, "device": "gpu0", "power_w": watts})
+    run, buffer = _square_wave_buffer(0.020, 0.010)
     spans = pd.DataFrame([asdict(s) for s in run.spans])
     r = bw.response(buffer, spans, "busy", bin_s=0.002, lo_s=-0.01, hi_s=0.06)
     assert r["centroid_ms"] == pytest.approx(20.0, abs=1.0)
