@@ -61,6 +61,9 @@ Assumptions, stated so a user can judge a result:
 A phase is reported unresolved (energy None, with the reason) when fewer than `min_rows` sensor
 intervals overlap it, when the fit pins its power at zero, or when its interval is wider than
 its estimate.
+
+The settings are in `regression_config`, the per-phase results built from the fit in
+`regression_results`; the names other code imports from here are re-exported.
 """
 
 from __future__ import annotations
@@ -69,12 +72,11 @@ import logging
 from dataclasses import dataclass, replace
 
 import numpy as np
-from scipy.stats import norm
 
 from jouleprof.attribution.bootstrap import block_bootstrap
-from jouleprof.attribution.common import EXCLUDED, IDLE, Timeline
+from jouleprof.attribution.common import EXCLUDED, Timeline
 from jouleprof.attribution.grid import JitterGrid, device_grids
-from jouleprof.attribution.kernels import BOXCAR, Boxes, counter_delays, exponential
+from jouleprof.attribution.kernels import counter_delays
 from jouleprof.attribution.placement import (
     NO_DELAY,
     PARAMS,
@@ -83,7 +85,26 @@ from jouleprof.attribution.placement import (
     refine,
     row_weights,
 )
-from jouleprof.attribution.result import DeviceAttribution, PhaseResult, pct_text, unresolved
+from jouleprof.attribution.regression_config import (  # noqa: F401  (re-exported)
+    BUFFER_KERNEL,
+    BUFFER_LAG_S,
+    BUFFER_WINDOW_S,
+    COUNTER_KERNEL_SHIFT_SD_S,
+    RegressionConfig,
+    check_kernel,
+)
+from jouleprof.attribution.regression_results import (  # noqa: F401  (re-exported)
+    CEILING_MARGIN,
+    METHOD,
+    _demote_partners,
+    _energy_interval,
+    _joint_results,
+    _phase_results,
+    _power_ceiling_w,
+    _refresh_coverage,
+    _terms,
+)
+from jouleprof.attribution.result import DeviceAttribution
 from jouleprof.attribution.rows import (
     AVERAGE,
     BUFFER,
@@ -96,188 +117,12 @@ from jouleprof.attribution.rows import (
     merge_rows,
     sensor_rows,
 )
-from jouleprof.attribution.stall import STALL, StallSplit, split_stalls
+from jouleprof.attribution.stall import STALL, split_stalls
 from jouleprof.errors import AttributionError
-from jouleprof.sensors.refresh import RefreshEstimate
 
 log = logging.getLogger(__name__)
 
-METHOD = "regression"
 _GAIN_PRIOR_SD = 0.05  # the power fields' scale relative to the counter: ±5 % a priori
-
-BUFFER_KERNEL: Boxes = exponential()
-"""The shape NVML's power buffer weighs the power before its stamp with, as measured on an
-H200 (driver 580.159.04) by benchmarks/buffer_window.py on the kernel probe
-benchmarks/results/kernel_probe/f33ed69 (matmul bursts with recorded edges): an exponential
-of time constant 12 ms (window 5 τ) fitted best, 1031 samples, residual 56.6 W against
-65.8 W for the best boxcar (24 ms at a 3 ms lag); every shape put the weight's centroid
-15–17 ms before the stamp."""
-BUFFER_WINDOW_S = 0.060
-"""The window BUFFER_KERNEL spans (5 × its time constant), same source."""
-BUFFER_LAG_S = 0.005
-"""How long before its stamp a buffer sample's window ends, same source (its ridge: a
-shorter lag goes with a longer window; ±1 ms moves the residual by < 2 %)."""
-
-
-COUNTER_KERNEL_SHIFT_SD_S = 0.0005
-"""With a counter kernel, the prior σ of the counter grid's shift and drift (unless
-RegressionConfig.counter_shift_sd_s says otherwise): the kernel's mean delay was measured
-to about ±0.6 ms on the H200 probes (benchmarks/counter_tail.py), and the reads place the
-counter's grid on the V-JEPA2 runs to within a few tenths of a millisecond."""
-
-
-@dataclass(frozen=True)
-class RegressionConfig:
-    """How the regression reads the sensor and how sure it must be."""
-
-    instant_window_s: float = 0.025
-    """The instant power field is the mean power over this long before its refresh (the prior
-    of the fit when fit_instant_window)."""
-    use_counter: bool = True
-    """Use the cumulative energy counter's intervals."""
-    use_instant: bool = True
-    """Use the instant power readings."""
-    use_average: bool = False
-    """Use the default (1 s running average) power readings; coarse, off by default."""
-    average_window_s: float = 1.0
-    """The window the default power reading averages."""
-    counter_weight: float = 1.0
-    """Weight of a counter row."""
-    instant_weight: float = 0.5
-    """Weight of an instant-power row, relative to a counter row (lower: the window is assumed)."""
-    average_weight: float = 0.1
-    """Weight of a 1 s average row."""
-    reweight: bool = True
-    """Also weigh each row by its modelled variance (jitter at its edges, signal noise)."""
-    refine_grid: bool = True
-    """Refine the refresh grid's position and drift from the power data."""
-    fit_instant_window: bool = True
-    """Also refine the instant field's window from the data (instant_window_s is its prior)."""
-    instant_kernel: Boxes = BOXCAR
-    """How the instant field weighs the power before its refresh, as boxes (start, end,
-    weight): each box spans from start × window to end × window before the refresh, weights
-    summing to 1. The default is a plain boxcar over the window; an exponential or triangular
-    filter is a few boxes (benchmarks/instant_kernel.py compares them on a run)."""
-    n_boot: int = 300
-    """Bootstrap resamples for the confidence interval (≥ 200)."""
-    block_s: float = 1.5
-    """Length of the bootstrap's blocks of consecutive rows, in seconds."""
-    confidence: float = 0.95
-    """Coverage of the reported interval."""
-    min_rows: int = 20
-    """A phase overlapped by fewer sensor intervals than this is unresolved."""
-    margin_s: float = 1.0
-    """Rows up to this far outside the analysed steps still inform the idle power."""
-    seed: int = 0
-    """Seeds the bootstrap."""
-    min_rel_halfwidth: float = 0.001
-    """No interval is reported narrower than ± this fraction of its estimate: below ±0.1 % the
-    assumptions (power stationary across steps, the sensor model) matter more than the data."""
-    stall_model: bool | None = None
-    """Model each phase as fixed work plus host stalls at one shared power (`attribution.stall`):
-    for host-paced steps, whose phases run longer in some steps at little extra power. None:
-    fit both models and keep the stall model where it lowers the residual RMS below
-    STALL_KEEP_RATIO of the plain model's."""
-    stall_quantile: float = 0.05
-    """Stall model: a phase's work time in a step is this quantile of its per-step time."""
-    use_buffer: bool | None = False
-    """Use NVML's power-sample buffer (power_buffer.csv: a sample every ~20 ms) as rows, each
-    the power over a short window before its stamp. Off by default: on the H200 (run5,
-    benchmarks/results/attr_vith_b8) these rows moved the large phases ~1 point toward the
-    isolation reference but turned the optimizer's wide interval into a narrow one that misses
-    its reference by +34 %, and the split depends on the buffer's kernel, which the probe data
-    cannot pin down. None: wherever the run recorded it; True: required."""
-    buffer_weight: float = 0.5
-    """Weight of a buffer row, relative to a counter row (as an instant row's: its window is
-    measured on another load, and its rows are many: ~5 per 100 ms refresh)."""
-    buffer_kernel: Boxes = BUFFER_KERNEL
-    """How a buffer sample weighs the power before its stamp, as boxes (start, end, weight) in
-    units of buffer_window_s (as instant_kernel)."""
-    buffer_window_s: float = BUFFER_WINDOW_S
-    """The span of buffer_kernel."""
-    buffer_lag_s: float = BUFFER_LAG_S
-    """A buffer sample's window ends this long before its stamp."""
-    buffer_lag_sd_s: float = 0.002
-    """Prior uncertainty (σ) of buffer_lag_s; the fit refines the lag within it (0: fixed)."""
-    buffer_jitter_s: float = 0.0003
-    """σ of where a buffer sample's window really falls around its placed one (the driver
-    stamps each sample; a blur wider than the truth biases a short phase between two others:
-    1 ms took 9 % off a simulated 4 ms phase)."""
-    buffer_window_rel_sd: float = 0.25
-    """Relative uncertainty of buffer_window_s, carried into every interval as a systematic
-    spread (on the kernel probe, exponentials of 40–75 ms fitted within a few percent)."""
-
-    counter_tail_s: float = 0.0
-    """Time constant of an exponential tail by which the energy the counter books trails the
-    power drawn (0: no tail, the counter books each interval's own energy). With a tail, a
-    counter row over [t0, t1] holds the energy drawn before it weighed by the counter's
-    response (`kernels.counter_delays`): energy a phase draws just before a short phase is
-    booked partly during it, and the regression gives it back to the phase that drew it,
-    as a replay loop's energy per call does. Off by default: on the H200 the response
-    measured on the kernel probe (τ 12 ms holding 40 %, lag 0.5 ms) moved the V-JEPA2
-    optimizer and optimizer+EMA further above their isolated energy in every run, plain and
-    stall models alike (benchmarks/results/attr_vith_b8, "Counter tail";
-    benchmarks/counter_tail.py measures the response)."""
-    counter_tail_fraction: float = 1.0
-    """The share of the energy that trails by counter_tail_s; the rest is booked at once
-    (after counter_lag_s)."""
-    counter_lag_s: float = 0.0
-    """The counter books the energy drawn this long before (a pure delay; the tail follows
-    it). 0 with counter_tail_s 0: no kernel at all."""
-    counter_tail_rel_sd: float = 0.25
-    """Relative uncertainty of counter_tail_s, carried into every interval as a systematic
-    spread where a tail is set."""
-    counter_shift_sd_s: float | None = None
-    """Prior σ of the counter grid's shift and drift where the fit refines them. None: the grid
-    fit's own standard error, capped at COUNTER_KERNEL_SHIFT_SD_S where a counter kernel is
-    set (the kernel's lag is measured against the grid where the counter's reads put it, and
-    the shift would trade with it)."""
-
-    def __post_init__(self) -> None:
-        for name in ("instant_window_s", "average_window_s", "block_s", "buffer_window_s"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be > 0 seconds, got {getattr(self, name)}")
-        for name in (
-            "counter_weight",
-            "instant_weight",
-            "average_weight",
-            "buffer_weight",
-            "margin_s",
-            "min_rel_halfwidth",
-            "buffer_lag_sd_s",
-            "buffer_jitter_s",
-            "counter_tail_s",
-        ):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be ≥ 0, got {getattr(self, name)}")
-        check_kernel(self.instant_kernel)
-        check_kernel(self.buffer_kernel, "buffer_kernel")
-        if self.n_boot < 200:
-            raise ValueError(f"n_boot must be ≥ 200, got {self.n_boot}")
-        if not 0.5 < self.confidence < 1:
-            raise ValueError(f"confidence must be in (0.5, 1), got {self.confidence}")
-        if self.min_rows < 1:
-            raise ValueError(f"min_rows must be ≥ 1, got {self.min_rows}")
-        if not (self.use_counter or self.use_instant or self.use_average):
-            raise ValueError("use_counter, use_instant and use_average cannot all be False")
-        if not 0 <= self.buffer_window_rel_sd < 1:
-            raise ValueError(
-                f"buffer_window_rel_sd must be in [0, 1), got {self.buffer_window_rel_sd}"
-            )
-        if not 0 <= self.counter_tail_fraction <= 1:
-            raise ValueError(
-                f"counter_tail_fraction must be in [0, 1], got {self.counter_tail_fraction}"
-            )
-        if not 0 <= self.counter_tail_rel_sd < 1:
-            raise ValueError(
-                f"counter_tail_rel_sd must be in [0, 1), got {self.counter_tail_rel_sd}"
-            )
-        if self.counter_shift_sd_s is not None and not self.counter_shift_sd_s >= 0:
-            raise ValueError(f"counter_shift_sd_s must be ≥ 0, got {self.counter_shift_sd_s}")
-        if not np.isfinite(self.counter_lag_s):
-            raise ValueError(f"counter_lag_s must be finite, got {self.counter_lag_s}")
-        if not 0 <= self.stall_quantile < 0.5:
-            raise ValueError(f"stall_quantile must be in [0, 0.5), got {self.stall_quantile}")
 
 
 @dataclass
@@ -295,22 +140,6 @@ class _Fit:
     center_s: float
     buffer_scale: BufferScale | None = None
     prior_sd: np.ndarray | None = None
-
-
-def check_kernel(kernel, name: str = "instant_kernel") -> None:
-    """ValueError unless `kernel` is boxes (start, end, weight), start > end ≥ 0, weights ≥ 0
-    summing to 1."""
-    boxes = [tuple(b) for b in kernel]
-    ok = (
-        bool(boxes)
-        and all(len(b) == 3 and b[0] > b[1] >= 0 and b[2] >= 0 for b in boxes)
-        and abs(sum(b[2] for b in boxes) - 1.0) < 1e-6
-    )
-    if not ok:
-        raise ValueError(
-            f"{name} must be boxes (start, end, weight) with start > end ≥ 0 (in "
-            f"windows before the refresh) and weights summing to 1, got {kernel!r}"
-        )
 
 
 def _counter_delays(cfg: RegressionConfig):
@@ -731,247 +560,6 @@ def _attribute(found: _Grids, timeline: Timeline, device: str, cfg: RegressionCo
         diagnostics=diagnostics,
         notes=notes,
     )
-
-
-def _energy_interval(power, boot, sens_w, idx, t_s, cfg, widen=1.0):
-    """Energy of the columns `idx` over times `t_s` (s), and its interval: the bootstrap's
-    quantiles combined with the systematic spread (sensor-model uncertainty: `sens_w`, one row
-    per perturbation of the sensor model, the powers' joint response), half-widths times
-    `widen`, never narrower than ± cfg.min_rel_halfwidth of the estimate."""
-    alpha = 1.0 - cfg.confidence
-    z = float(norm.ppf(1 - alpha / 2))
-    e = float(power[idx] @ t_s)
-    q_lo, q_hi = np.quantile(boot[:, idx] @ t_s, [alpha / 2, 1 - alpha / 2])
-    s_j = z * float(np.sqrt(np.sum((np.atleast_2d(sens_w)[:, idx] @ t_s) ** 2)))
-    floor = cfg.min_rel_halfwidth * e
-    lo = e - max(widen * float(np.hypot(max(e - q_lo, 0.0), s_j)), floor)
-    hi = e + max(widen * float(np.hypot(max(q_hi - e, 0.0), s_j)), floor)
-    return e, lo, hi
-
-
-def _terms(timeline: Timeline, split: StallSplit | None, col_of: dict[str, int]):
-    """names → (columns, seconds) whose powers × seconds are those phases' energy: each
-    phase's column over its time, or with the stall model its work time plus the stall
-    column over its stall time."""
-    if split is not None:
-        return lambda names: split.terms(names, col_of)
-    return lambda names: (
-        [col_of[n] for n in names],
-        np.array([timeline.time_s.get(n, 0.0) for n in names]),
-    )
-
-
-def _phase_results(
-    timeline, cols, col_of, terms, power, boot, sens_w, cover, cfg, device, widen, ceiling_w
-):
-    """One PhaseResult per label of the reported `timeline`, resolved or not; the analysed
-    steps' energy with bounds; and the labels whose fitted power is unphysical.
-
-    `col_of`: fitted label → index into `cols` and `power` (the stall model adds "stall").
-    `terms`: names → (columns, seconds) of their energy (`_terms`).
-    `widen` multiplies each interval's half-widths (lockstep: see attribute_regression).
-    `ceiling_w`: a fitted power above it is not physical (see `_power_ceiling_w`).
-    """
-    n_steps = timeline.n_steps
-    in_step = [n for n in timeline.in_step_labels if n in col_of]
-    # Energy of the whole analysed steps: well determined even where its split is not.
-    idx, t_vec = terms(in_step)
-    step_e, step_lo, step_hi = _energy_interval(power, boot, sens_w, idx, t_vec, cfg)
-
-    results: list[PhaseResult] = []
-    unphysical: set[str] = set()
-    for name in timeline.order:
-        time_s = timeline.time_s[name]
-        if name not in col_of:
-            why = "no sensor interval overlaps it"
-            results.append(unresolved(name, time_s, n_steps, METHOD, why, device))
-            continue
-        i = col_of[name]
-        n_cover = int(cover[cols[i]])
-        idx, t = terms([name])
-        e, lo, hi = _energy_interval(power, boot, sens_w, idx, t, cfg, widen)
-        why = None
-        if n_cover < cfg.min_rows:
-            why = f"only {n_cover} sensor intervals overlap it (need {cfg.min_rows})"
-        elif power[i] <= 0:
-            why = "the fit pins its power at 0 W: the data cannot separate it from its neighbours"
-            unphysical.add(name)
-        elif ceiling_w is not None and power[i] > ceiling_w:
-            why = (
-                f"its fitted power {power[i]:.0f} W is above any the sensor read "
-                f"(ceiling {ceiling_w:.0f} W): it absorbs a neighbour's energy"
-            )
-            unphysical.add(name)
-        elif hi - lo > e:
-            why = (
-                f"its {100 * cfg.confidence:.0f}% interval [{lo:.4g}, {hi:.4g}] J is wider than "
-                f"the estimate {e:.4g} J"
-            )
-        if why is not None:
-            results.append(unresolved(name, time_s, n_steps, METHOD, why, device))
-            continue
-        share = 100.0 * e / step_e if name != IDLE and step_e > 0 else None
-        note = f"{n_cover} sensor intervals; ±{pct_text(50 * (hi - lo) / e)}%"
-        results.append(
-            PhaseResult(
-                name,
-                time_s,
-                time_s / n_steps,
-                e,
-                max(lo, 0.0),
-                hi,
-                e / time_s if time_s > 0 else float(power[i]),  # = its power, without stalls
-                share,
-                METHOD,
-                True,
-                note,
-                device,
-                n_steps,
-            )
-        )
-    return results, step_e, step_lo, step_hi, unphysical
-
-
-CEILING_MARGIN = 1.15
-"""A phase's mean power may exceed the highest power reading by this factor (the instant
-field averages ~25 ms, so a short phase can peak above it) before the fit is called
-unphysical."""
-
-
-def _power_ceiling_w(dev, timeline: Timeline) -> float | None:
-    """The most power any phase could draw: the highest power reading of the analysed
-    region, times CEILING_MARGIN; None when no power field was read."""
-    t0, t1 = timeline.region_s
-    inside = dev[(dev["t_s"] >= t0) & (dev["t_s"] <= t1)]
-    peaks = [
-        float(inside[c].max())
-        for c in ("power_instant_w", "power_w")
-        if c in inside.columns and inside[c].notna().any()
-    ]
-    return CEILING_MARGIN * max(peaks) if peaks else None
-
-
-def _adjacent_pairs(timeline: Timeline) -> dict[frozenset[str], int]:
-    """How often two in-step labels follow each other directly on the timeline."""
-    names, labels = timeline.names, timeline.labels
-    in_step = set(timeline.in_step_labels)
-    pairs: dict[frozenset[str], int] = {}
-    for a, b in zip(labels[:-1], labels[1:], strict=True):
-        na, nb = names[a], names[b]
-        if na != nb and na in in_step and nb in in_step:
-            key = frozenset((na, nb))
-            pairs[key] = pairs.get(key, 0) + 1
-    return pairs
-
-
-def _nested(a: str, b: str) -> bool:
-    """Whether one phase contains the other ("forward" and "forward/target")."""
-    return a.startswith(b + "/") or b.startswith(a + "/")
-
-
-def _joint_results(
-    timeline, col_of, terms, power, boot, sens_w, cfg, device, widen, results, step_e
-):
-    """Rows for phases the fit cannot split but can weigh together.
-
-    Two phases that follow each other in (nearly) every step and that the data cannot tell
-    apart — one pinned at 0 W, or the other absorbing it above any power the sensor read —
-    still have a well-measured sum. For each unresolved in-step phase, its most frequent
-    direct neighbour joins it; the pair's energy and interval come from the same fit and
-    bootstrap (where the two trade energy, their sum stays put). Named "a+b" (step order),
-    resolved when its interval is narrower than its estimate.
-    """
-    in_step = set(timeline.in_step_labels)
-    unresolved_in_step = [
-        r.phase for r in results if not r.resolved and r.phase in col_of and r.phase in in_step
-    ]
-    pairs = _adjacent_pairs(timeline)
-    n_steps = timeline.n_steps
-    done: set[frozenset[str]] = set()
-    out: list[PhaseResult] = []
-    for name in unresolved_in_step:
-        cands = [
-            (key, n)
-            for key, n in pairs.items()
-            if name in key and n >= 0.5 * n_steps and not _nested(*key)
-        ]
-        if not cands:
-            continue
-        # An unresolved neighbour first (the two are what the fit could not split), then
-        # the most frequent one.
-        best = max(cands, key=lambda c: (all(p in unresolved_in_step for p in c[0]), c[1]))[0]
-        if best in done or not all(p in col_of for p in best):
-            continue
-        done.add(best)
-        members = [p for p in timeline.order if p in best]
-        idx, t = terms(members)
-        e, lo, hi = _energy_interval(power, boot, sens_w, idx, t, cfg, widen)
-        if e <= 0 or hi - lo > e:
-            continue
-        time_s = float(sum(timeline.time_s[p] for p in members))
-        label = "+".join(members)
-        note = (
-            f"jointly: the data cannot split {' from '.join(members)}, but weigh them together; "
-            f"±{pct_text(50 * (hi - lo) / e)}%"
-        )
-        out.append(
-            PhaseResult(
-                label,
-                time_s,
-                time_s / n_steps,
-                e,
-                max(lo, 0.0),
-                hi,
-                e / time_s if time_s > 0 else None,
-                100.0 * e / step_e if step_e > 0 else None,
-                METHOD,
-                True,
-                note,
-                device,
-                n_steps,
-            )
-        )
-    return out
-
-
-def _demote_partners(results, joint, unphysical: set[str], n_steps: int, device: str):
-    """A phase whose back-to-back partner's fit is unphysical (pinned at 0 W, or above any power
-    the sensor read: `unphysical`) has traded energy with it: its own figure is not a
-    measurement either, only their sum (the joint row) is. On a simulated host-paced step the
-    optimizer came out "resolved" at half its true energy, truth outside its interval, while
-    the EMA beside it was fitted at 1046 W; the pair was within 7 %."""
-    by_name = {r.phase: r for r in results}
-    demote: dict[str, str] = {}
-    for row in joint:
-        members = row.phase.split("+")
-        for a in members:
-            for b in members:
-                ra, rb = by_name.get(a), by_name.get(b)
-                if a == b or ra is None or rb is None or not ra.resolved:
-                    continue
-                if b in unphysical:
-                    demote[a] = (
-                        f"its neighbour {b}'s fit is unphysical ({rb.note}), so the two traded "
-                        f"energy: only {row.phase} is measured"
-                    )
-    return [
-        unresolved(r.phase, r.time_s, n_steps, METHOD, demote[r.phase], device)
-        if r.phase in demote
-        else r
-        for r in results
-    ]
-
-
-def _refresh_coverage(timeline: Timeline, grid: RefreshEstimate, bins: int = 20) -> float:
-    """Fraction of the refresh cycle (in `bins` bins) at which analysed steps start.
-
-    Steps that always start at the same point of the cycle put the refresh edges at the same
-    points of every step: the equations then repeat and cannot separate neighbouring phases.
-    """
-    starts = np.array([timeline.step_extents_s[s][0] for s in timeline.analysed_steps])
-    cycle = ((starts - grid.offset_s) / grid.period_s) % 1.0
-    hit = np.unique(np.minimum((cycle * bins).astype(int), bins - 1))
-    return len(hit) / bins
 
 
 __all__ = ["METHOD", "RegressionConfig", "attribute_regression"]

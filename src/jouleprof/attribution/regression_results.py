@@ -1,0 +1,262 @@
+"""The regression's per-phase results, built from one fitted model: each phase's energy and
+interval (bootstrap quantiles combined with the sensor model's systematic spread), the checks that
+report a phase unresolved (too few rows, power pinned at 0 W or above the power ceiling, interval
+wider than its estimate), joint rows for back-to-back phases the fit cannot split, the demotion of
+a resolved phase whose partner's fit is unphysical, and the step starts' coverage of the refresh
+cycle (lockstep: intervals widened).
+
+The fit itself is `attribution.regression`, which calls these.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.stats import norm
+
+from jouleprof.attribution.common import IDLE, Timeline
+from jouleprof.attribution.result import PhaseResult, pct_text, unresolved
+from jouleprof.attribution.stall import StallSplit
+from jouleprof.sensors.refresh import RefreshEstimate
+
+METHOD = "regression"
+
+
+def _energy_interval(power, boot, sens_w, idx, t_s, cfg, widen=1.0):
+    """Energy of the columns `idx` over times `t_s` (s), and its interval: the bootstrap's
+    quantiles combined with the systematic spread (sensor-model uncertainty: `sens_w`, one row
+    per perturbation of the sensor model, the powers' joint response), half-widths times
+    `widen`, never narrower than ± cfg.min_rel_halfwidth of the estimate."""
+    alpha = 1.0 - cfg.confidence
+    z = float(norm.ppf(1 - alpha / 2))
+    e = float(power[idx] @ t_s)
+    q_lo, q_hi = np.quantile(boot[:, idx] @ t_s, [alpha / 2, 1 - alpha / 2])
+    s_j = z * float(np.sqrt(np.sum((np.atleast_2d(sens_w)[:, idx] @ t_s) ** 2)))
+    floor = cfg.min_rel_halfwidth * e
+    lo = e - max(widen * float(np.hypot(max(e - q_lo, 0.0), s_j)), floor)
+    hi = e + max(widen * float(np.hypot(max(q_hi - e, 0.0), s_j)), floor)
+    return e, lo, hi
+
+
+def _terms(timeline: Timeline, split: StallSplit | None, col_of: dict[str, int]):
+    """names → (columns, seconds) whose powers × seconds are those phases' energy: each
+    phase's column over its time, or with the stall model its work time plus the stall
+    column over its stall time."""
+    if split is not None:
+        return lambda names: split.terms(names, col_of)
+    return lambda names: (
+        [col_of[n] for n in names],
+        np.array([timeline.time_s.get(n, 0.0) for n in names]),
+    )
+
+
+def _phase_results(
+    timeline, cols, col_of, terms, power, boot, sens_w, cover, cfg, device, widen, ceiling_w
+):
+    """One PhaseResult per label of the reported `timeline`, resolved or not; the analysed
+    steps' energy with bounds; and the labels whose fitted power is unphysical.
+
+    `col_of`: fitted label → index into `cols` and `power` (the stall model adds "stall").
+    `terms`: names → (columns, seconds) of their energy (`_terms`).
+    `widen` multiplies each interval's half-widths (lockstep: see attribute_regression).
+    `ceiling_w`: a fitted power above it is not physical (see `_power_ceiling_w`).
+    """
+    n_steps = timeline.n_steps
+    in_step = [n for n in timeline.in_step_labels if n in col_of]
+    # Energy of the whole analysed steps: well determined even where its split is not.
+    idx, t_vec = terms(in_step)
+    step_e, step_lo, step_hi = _energy_interval(power, boot, sens_w, idx, t_vec, cfg)
+
+    results: list[PhaseResult] = []
+    unphysical: set[str] = set()
+    for name in timeline.order:
+        time_s = timeline.time_s[name]
+        if name not in col_of:
+            why = "no sensor interval overlaps it"
+            results.append(unresolved(name, time_s, n_steps, METHOD, why, device))
+            continue
+        i = col_of[name]
+        n_cover = int(cover[cols[i]])
+        idx, t = terms([name])
+        e, lo, hi = _energy_interval(power, boot, sens_w, idx, t, cfg, widen)
+        why = None
+        if n_cover < cfg.min_rows:
+            why = f"only {n_cover} sensor intervals overlap it (need {cfg.min_rows})"
+        elif power[i] <= 0:
+            why = "the fit pins its power at 0 W: the data cannot separate it from its neighbours"
+            unphysical.add(name)
+        elif ceiling_w is not None and power[i] > ceiling_w:
+            why = (
+                f"its fitted power {power[i]:.0f} W is above any the sensor read "
+                f"(ceiling {ceiling_w:.0f} W): it absorbs a neighbour's energy"
+            )
+            unphysical.add(name)
+        elif hi - lo > e:
+            why = (
+                f"its {100 * cfg.confidence:.0f}% interval [{lo:.4g}, {hi:.4g}] J is wider than "
+                f"the estimate {e:.4g} J"
+            )
+        if why is not None:
+            results.append(unresolved(name, time_s, n_steps, METHOD, why, device))
+            continue
+        share = 100.0 * e / step_e if name != IDLE and step_e > 0 else None
+        note = f"{n_cover} sensor intervals; ±{pct_text(50 * (hi - lo) / e)}%"
+        results.append(
+            PhaseResult(
+                name,
+                time_s,
+                time_s / n_steps,
+                e,
+                max(lo, 0.0),
+                hi,
+                e / time_s if time_s > 0 else float(power[i]),  # = its power, without stalls
+                share,
+                METHOD,
+                True,
+                note,
+                device,
+                n_steps,
+            )
+        )
+    return results, step_e, step_lo, step_hi, unphysical
+
+
+CEILING_MARGIN = 1.15
+"""A phase's mean power may exceed the highest power reading by this factor (the instant
+field averages ~25 ms, so a short phase can peak above it) before the fit is called
+unphysical."""
+
+
+def _power_ceiling_w(dev, timeline: Timeline) -> float | None:
+    """The most power any phase could draw: the highest power reading of the analysed
+    region, times CEILING_MARGIN; None when no power field was read."""
+    t0, t1 = timeline.region_s
+    inside = dev[(dev["t_s"] >= t0) & (dev["t_s"] <= t1)]
+    peaks = [
+        float(inside[c].max())
+        for c in ("power_instant_w", "power_w")
+        if c in inside.columns and inside[c].notna().any()
+    ]
+    return CEILING_MARGIN * max(peaks) if peaks else None
+
+
+def _adjacent_pairs(timeline: Timeline) -> dict[frozenset[str], int]:
+    """How often two in-step labels follow each other directly on the timeline."""
+    names, labels = timeline.names, timeline.labels
+    in_step = set(timeline.in_step_labels)
+    pairs: dict[frozenset[str], int] = {}
+    for a, b in zip(labels[:-1], labels[1:], strict=True):
+        na, nb = names[a], names[b]
+        if na != nb and na in in_step and nb in in_step:
+            key = frozenset((na, nb))
+            pairs[key] = pairs.get(key, 0) + 1
+    return pairs
+
+
+def _nested(a: str, b: str) -> bool:
+    """Whether one phase contains the other ("forward" and "forward/target")."""
+    return a.startswith(b + "/") or b.startswith(a + "/")
+
+
+def _joint_results(
+    timeline, col_of, terms, power, boot, sens_w, cfg, device, widen, results, step_e
+):
+    """Rows for phases the fit cannot split but can weigh together.
+
+    Two phases that follow each other in (nearly) every step and that the data cannot tell
+    apart — one pinned at 0 W, or the other absorbing it above any power the sensor read —
+    still have a well-measured sum. For each unresolved in-step phase, its most frequent
+    direct neighbour joins it; the pair's energy and interval come from the same fit and
+    bootstrap (where the two trade energy, their sum stays put). Named "a+b" (step order),
+    resolved when its interval is narrower than its estimate.
+    """
+    in_step = set(timeline.in_step_labels)
+    unresolved_in_step = [
+        r.phase for r in results if not r.resolved and r.phase in col_of and r.phase in in_step
+    ]
+    pairs = _adjacent_pairs(timeline)
+    n_steps = timeline.n_steps
+    done: set[frozenset[str]] = set()
+    out: list[PhaseResult] = []
+    for name in unresolved_in_step:
+        cands = [
+            (key, n)
+            for key, n in pairs.items()
+            if name in key and n >= 0.5 * n_steps and not _nested(*key)
+        ]
+        if not cands:
+            continue
+        # An unresolved neighbour first (the two are what the fit could not split), then
+        # the most frequent one.
+        best = max(cands, key=lambda c: (all(p in unresolved_in_step for p in c[0]), c[1]))[0]
+        if best in done or not all(p in col_of for p in best):
+            continue
+        done.add(best)
+        members = [p for p in timeline.order if p in best]
+        idx, t = terms(members)
+        e, lo, hi = _energy_interval(power, boot, sens_w, idx, t, cfg, widen)
+        if e <= 0 or hi - lo > e:
+            continue
+        time_s = float(sum(timeline.time_s[p] for p in members))
+        label = "+".join(members)
+        note = (
+            f"jointly: the data cannot split {' from '.join(members)}, but weigh them together; "
+            f"±{pct_text(50 * (hi - lo) / e)}%"
+        )
+        out.append(
+            PhaseResult(
+                label,
+                time_s,
+                time_s / n_steps,
+                e,
+                max(lo, 0.0),
+                hi,
+                e / time_s if time_s > 0 else None,
+                100.0 * e / step_e if step_e > 0 else None,
+                METHOD,
+                True,
+                note,
+                device,
+                n_steps,
+            )
+        )
+    return out
+
+
+def _demote_partners(results, joint, unphysical: set[str], n_steps: int, device: str):
+    """A phase whose back-to-back partner's fit is unphysical (pinned at 0 W, or above any power
+    the sensor read: `unphysical`) has traded energy with it: its own figure is not a
+    measurement either, only their sum (the joint row) is. On a simulated host-paced step the
+    optimizer came out "resolved" at half its true energy, truth outside its interval, while
+    the EMA beside it was fitted at 1046 W; the pair was within 7 %."""
+    by_name = {r.phase: r for r in results}
+    demote: dict[str, str] = {}
+    for row in joint:
+        members = row.phase.split("+")
+        for a in members:
+            for b in members:
+                ra, rb = by_name.get(a), by_name.get(b)
+                if a == b or ra is None or rb is None or not ra.resolved:
+                    continue
+                if b in unphysical:
+                    demote[a] = (
+                        f"its neighbour {b}'s fit is unphysical ({rb.note}), so the two traded "
+                        f"energy: only {row.phase} is measured"
+                    )
+    return [
+        unresolved(r.phase, r.time_s, n_steps, METHOD, demote[r.phase], device)
+        if r.phase in demote
+        else r
+        for r in results
+    ]
+
+
+def _refresh_coverage(timeline: Timeline, grid: RefreshEstimate, bins: int = 20) -> float:
+    """Fraction of the refresh cycle (in `bins` bins) at which analysed steps start.
+
+    Steps that always start at the same point of the cycle put the refresh edges at the same
+    points of every step: the equations then repeat and cannot separate neighbouring phases.
+    """
+    starts = np.array([timeline.step_extents_s[s][0] for s in timeline.analysed_steps])
+    cycle = ((starts - grid.offset_s) / grid.period_s) % 1.0
+    hit = np.unique(np.minimum((cycle * bins).astype(int), bins - 1))
+    return len(hit) / bins
