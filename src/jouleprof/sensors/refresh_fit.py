@@ -144,19 +144,22 @@ def fit_jitter_grid(t_s: np.ndarray, values: np.ndarray, grid: RefreshEstimate) 
     # says more than 3 × what the profile does, the profile's half-width is the error.
     at_floor = s < 5 * _MIN_JITTER_S
     half_span_s = max(float(t1.max() - t0.min()) / 2, p)
-    for i, cap_s in ((0, _PROFILE_SPAN_S), (1, _PROFILE_SPAN_S * p / half_span_s)):
-        prof = _profile_half_width(lambda d, i=i: nll(x + np.eye(3)[i] * d / scale[i]), cap_s)
-        if i == 0 and (at_floor or not offset_se <= 3 * prof):
-            offset_se = prof
+
+    def profile(i: int, span_s: float) -> float:
+        return _profile_half_width(lambda d: nll(x + np.eye(3)[i] * d / scale[i]), span_s)
+
+    offset_prof = profile(0, _PROFILE_SPAN_S)
+    if at_floor or not offset_se <= 3 * offset_prof:
+        offset_se = offset_prof
+    period_prof = profile(1, _PROFILE_SPAN_S * p / half_span_s)
+    if at_floor or not period_se <= 3 * period_prof:
+        period_se = period_prof
     if at_floor:
         # σ is only known to be small, not to be zero: the profile at the floor holds the grid
         # to the reads' contradictions alone (0.1–0.3 ms on 150–200 sparse counter reads),
         # which true instants jittering by a few ms would move (the simulator's 2 ms jitter
         # then fits at the floor too). The grid is placed no better than _FLOOR_OFFSET_SE_S.
         offset_se = max(offset_se, _FLOOR_OFFSET_SE_S)
-        if i == 1 and (at_floor or not period_se <= 3 * prof):
-            period_se = prof
-    if at_floor:
         jitter_se = max(jitter_se, s, 0.1e-3)
     refit = RefreshEstimate(
         grid.signal,
