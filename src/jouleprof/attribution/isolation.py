@@ -300,10 +300,8 @@ def per_call_energies(results: list[IsolationResult]) -> dict[str, CallEnergy]:
     others are left out.
     """
     results, _ = split_loops(results)
-    names: list[str] = []
-    for r in results:
-        names += [p for p in r.phases if p not in names]
-    a = np.array([[r.phases.count(p) for p in names] for r in results], dtype=float)
+    names = _phase_names(results)
+    a = np.array([_counts(r, names) for r in results], dtype=float)
     e = np.array([r.energy_j / r.n_calls for r in results])
     lo = np.array([r.energy_lo_j / r.n_calls for r in results])
     hi = np.array([r.energy_hi_j / r.n_calls for r in results])
