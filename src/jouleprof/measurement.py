@@ -45,7 +45,7 @@ class MeasureConfig:
     counter_interval_s: float = 5.0
     """Mean time between reads of a slow energy counter in the run's middle (its start and end
     are read every refresh). Each NVML counter read costs ~5 ms of CPU on an H200: every 5 s
-    keeps `jouleprof measure`'s sampler near 1 % of a core at 20 ms
+    keeps `jouleprof measure`'s sampler at ~0.8 % of a core at 20 ms
     (benchmarks/results/sampler_cost); the e2e mode reads it about once a second, phase
     attribution (fine mode) about once per refresh (0.1)."""
     counter_dense_s: float = 10.0
@@ -71,7 +71,8 @@ class MeasureConfig:
     """What produced the run, written to run.json."""
     power_buffer: bool = False
     """Also copy NVML's power-sample buffer (~20 ms samples) to power_buffer.csv, read once a
-    second (`sensors.nvml_buffer`): recorded for analysis, used by no figure yet."""
+    second (`sensors.nvml_buffer`): recorded for analysis; no default figure uses it (phase
+    regression takes it as rows on request: `RegressionConfig.use_buffer`)."""
     simulate_gpu_w: float | None = None
     """Testing aid: also measure a simulated GPU ("sim0") drawing this constant power through
     the realistic sensor model, so the whole path can be exercised on a machine without a GPU."""

@@ -292,10 +292,11 @@ class Sampler:
         """
         if read_now:
             self.poll_once(force_counter=True)
-        self._dense_until_s = self.clock.now_s() + seconds
+        now_s = self.clock.now_s()
+        self._dense_until_s = now_s + seconds
         for st in self._devices:
             if st.slow_counter:
-                st.next_counter_t_s = min(st.next_counter_t_s, self.clock.now_s())
+                st.next_counter_t_s = min(st.next_counter_t_s, now_s)
         self._wake = True  # a thread sleeping toward a sparse poll polls now, then densely
 
     def mark_start(self) -> None:
