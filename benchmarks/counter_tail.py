@@ -245,7 +245,7 @@ def probe(
         lo, med, hi = np.quantile(vals, [0.025, 0.5, 0.975])
         return {"median": float(med), "lo95": float(lo), "hi95": float(hi)}
 
-    busy = [nm for nm in names if nm not in ("idle",)][0]
+    busy = "busy" if "busy" in names else [nm for nm in names if nm != "idle"][0]
     lo, hi, bad = grid_window_ms(pd.read_csv(run / "samples.csv"), device, jc.grid.period_s)
     out = {
         "run": str(run),

@@ -15,6 +15,10 @@
 #   bash benchmarks/gpu_session.sh sampler # NVML tests, sampler cost (20 ms config SAMPLER_REPS times)
 #   bash benchmarks/gpu_session.sh next    # session 5's first call: NVML tests, sampler, kernel probe, e2e cells
 #   bash benchmarks/gpu_session.sh verify  # session 5's last call: NVML tests, sampler cost, an e2e and a zeus cell
+#   bash benchmarks/gpu_session.sh s6a     # session 6's first call: attr at ATTR_S (240) with the power buffer,
+#                                          then the GPU tests and a busy→busy kernel probe while time allows
+#   bash benchmarks/gpu_session.sh s6b     # session 6's second call: busy→busy probe, options twice (default,
+#                                          workers4, accum2, foreach)
 #   bash benchmarks/gpu_session.sh study   # the batch-size × mode study until DEADLINE_S; resumable
 # DEADLINE_S (default 540): seconds after the call's start by which the study starts no new cell
 # (less the longest cell, RESERVE_S); the study resumes in the next call.
@@ -62,10 +66,23 @@ replay() {
       --batch-size "${BATCH:-8}" --n "${REPLAY_N:-30}" 2>&1 | grep -v -i warn | tail -6
 }
 kernel_probe() {
-  rm -rf /tmp/kernel_probe
-  python3 benchmarks/kernel_probe.py --out /tmp/kernel_probe --seconds "${PROBE_S:-20}" 2>&1 | tail -2
-  python3 benchmarks/instant_kernel.py /tmp/kernel_probe --json /tmp/kernel_probe/kernels.json 2>&1 | tail -9
-  tar czf "$OUT/kernel_probe.tar.gz" -C /tmp kernel_probe
+  # PROBE_GAP=memory: the gaps hold a memory-bound phase, so the power steps busy→busy.
+  local name=kernel_probe${PROBE_GAP:+_$PROBE_GAP}
+  rm -rf "/tmp/$name"
+  python3 benchmarks/kernel_probe.py --out "/tmp/$name" --seconds "${PROBE_S:-20}" \
+      --gap-load "${PROBE_GAP:-idle}" 2>&1 | tail -2
+  python3 benchmarks/instant_kernel.py "/tmp/$name" --json "/tmp/$name/kernels.json" 2>&1 | tail -9
+  python3 benchmarks/counter_tail.py probe "/tmp/$name" --json "/tmp/$name/counter_tail.json" \
+      > "/tmp/$name/counter_tail.txt" 2>&1; head -8 "/tmp/$name/counter_tail.txt"
+  tar czf "$OUT/$name.tar.gz" -C /tmp "$name"
+}
+options_twice() {
+  for rep in 1 2; do
+    python3 benchmarks/options.py --out "/tmp/options_r$rep" --preset "${PRESET:-vit_huge}" --batch-size "${BATCH:-8}" \
+        --duration-s "${OPT_S:-10}" --only "${OPT_ONLY:-default,workers4,accum2,foreach}" \
+        --budget-s $(( ${DEADLINE_S:-560} - $(elapsed) - 45 )) 2>&1 | grep -v -i warn | tail -8
+    tar czf "$OUT/options_r$rep.tar.gz" -C /tmp "options_r$rep"; echo "--- $(elapsed) s"
+  done
 }
 study() {
   # STUDY_NAME (default study): the folder under /tmp and the tarball's name; only "study"
@@ -171,7 +188,19 @@ case "${1:-}" in
     SAMPLER_S=${SAMPLER_S:-8} SAMPLER_REPS=${SAMPLER_REPS:-3} sampler; echo "--- $(elapsed) s"
     STUDY_NAME=cells BATCH_SIZES=${BATCH_SIZES:-8} MODES=${MODES:-e2e,zeus} REPS=${REPS:-1} study ;;
   attr) stamp attr; attr ;;
+  s6a)
+    # Session 6's first call (~9 min): attribution run6 (8 × run5's steps: the optimizer's bias
+    # against its noise, the in-place optimizer reference), then, while the call has time, the
+    # whole GPU test suite and the busy→busy kernel probe.
+    stamp s6a
+    ATTR_S=${ATTR_S:-240} ATTR_FLAGS=${ATTR_FLAGS---power-buffer} attr; echo "--- $(elapsed) s"
+    if [ "$(elapsed)" -lt "${TESTS_BY_S:-430}" ]; then gpu_tests; echo "--- $(elapsed) s"; fi
+    if [ "$(elapsed)" -lt "${PROBE_BY_S:-510}" ]; then PROBE_GAP=memory kernel_probe; fi ;;
+  s6b)
+    stamp s6b
+    [ -n "${SKIP_PROBE:-}" ] || { PROBE_GAP=memory kernel_probe; echo "--- $(elapsed) s"; }
+    options_twice ;;
   study) stamp study; study ;;
-  *) echo "usage: $0 core|first|par|alone|replay|cells|options|probe|sampler|next|verify|diag|attr|study" >&2; exit 2 ;;
+  *) echo "usage: $0 core|first|par|alone|replay|cells|options|probe|sampler|next|verify|diag|attr|s6a|s6b|study" >&2; exit 2 ;;
 esac
 echo "=== done in $(elapsed) s"

@@ -10,6 +10,11 @@ every phase of the sensor's refresh, and each kernel predicts the instant readin
 On a GPU it also keeps NVML's own power-sample buffer (one sample every ~20 ms) in
 RUN_DIR/power_buffer.csv (`MeasureConfig.power_buffer`): the same edges time that signal too.
 
+`--gap-load memory` fills the gaps with a memory-bound load instead of idling (elementwise adds
+over 0.4 GiB, recorded as a phase "low"): the power then steps between two busy levels, as it
+does inside a training step (a backward's ~600 W into a 6 ms optimizer), and
+`counter_tail.py probe` asks whether the counter's late booking holds for those edges too.
+
     PYTHONPATH=src python3 benchmarks/kernel_probe.py --out RUN_DIR [--seconds 20]
     PYTHONPATH=src python3 benchmarks/instant_kernel.py RUN_DIR --json RUN_DIR/kernels.json
 """
@@ -33,6 +38,12 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=20.0)
     ap.add_argument("--n", type=int, default=8192, help="matmul size")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--gap-load",
+        choices=("idle", "memory"),
+        default="idle",
+        help="what the GPU does between bursts: idle (sleep) or a memory-bound phase 'low'",
+    )
     ap.add_argument(
         "--cpu-dry-run",
         action="store_true",
@@ -60,21 +71,41 @@ def main() -> None:
         torch.matmul(x, y, out=z)
     sync()
     per_mm_s = (time.perf_counter() - t) / 20
+    per_add_s = 0.0
+    if a.gap_load == "memory":
+        for _ in range(10):
+            torch.add(x, y, out=z)
+        sync()
+        t = time.perf_counter()
+        for _ in range(50):
+            torch.add(x, y, out=z)
+        sync()
+        per_add_s = (time.perf_counter() - t) / 50
     with measure(
         a.out, interval_s=0.005, counter_interval_s=0.1, kind="kernel_probe", **where
     ) as m:
         rec = PhaseRecorder(m.clock, m.span_writer(), record=m.record)
         m.record.extra["matmul_s"] = per_mm_s
+        m.record.extra["gap_load"] = a.gap_load
+        if per_add_s:
+            m.record.extra["add_s"] = per_add_s
         t_end = time.perf_counter() + a.seconds
         while time.perf_counter() < t_end:
             busy_s, idle_s = rng.uniform(0.010, 0.060), rng.uniform(0.020, 0.080)
             with rec.step(), rec.phase("busy"):
                 for _ in range(max(1, round(busy_s / per_mm_s))):
                     torch.matmul(x, y, out=z)
-            sync()  # the GPU really idles during the gap
-            time.sleep(idle_s)
+            if a.gap_load == "memory":
+                with rec.step(), rec.phase("low"):
+                    for _ in range(max(1, round(idle_s / per_add_s))):
+                        torch.add(x, y, out=z)
+                sync()  # keeps the host within one gap of the GPU
+            else:
+                sync()  # the GPU really idles during the gap
+                time.sleep(idle_s)
         rec.close()
-    print(f"run directory: {a.out} (matmul {per_mm_s * 1e3:.2f} ms)")
+    add = f", add {per_add_s * 1e3:.3f} ms" if per_add_s else ""
+    print(f"run directory: {a.out} (matmul {per_mm_s * 1e3:.2f} ms{add})")
 
 
 if __name__ == "__main__":
