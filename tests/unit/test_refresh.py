@@ -82,3 +82,19 @@ def test_a_jitter_free_grid_read_sparsely_gets_a_finite_placement_error():
     assert jg.method == "mle" and jg.jitter_s < 1e-4
     assert 1e-3 <= jg.offset_se_s < 5e-3
     assert jg.period_se_s < 1e-4
+
+
+def test_a_near_floor_jitter_gets_a_bounded_error():
+    # A counter whose instants jitter by tens of µs, read about once a refresh for 240 s: σ
+    # fits just above its floor, where the curvature gave 83 s for this draw (19 s on the
+    # H200's run6) and the regression's σ perturbation then blurred every row by seconds.
+    from jouleprof.sensors.refresh_fit import fit_jitter_grid
+
+    rng = np.random.default_rng(2)
+    t = np.cumsum(rng.uniform(0.085, 0.131, 2400))
+    instants = 0.0437 + 0.1 * np.arange(2700) + rng.normal(0.0, 25e-6, 2700)
+    energy_j = np.searchsorted(instants, t) * 40.0
+    start = RefreshEstimate("energy_j", 0.1, 0.0441, 0.0, 0, 0.1, "test")
+    jg = fit_jitter_grid(t, energy_j, start)
+    assert jg.method == "mle" and jg.jitter_s < 1e-4
+    assert jg.jitter_s <= jg.jitter_se_s < 1e-3

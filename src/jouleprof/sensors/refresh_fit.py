@@ -154,6 +154,13 @@ def fit_jitter_grid(t_s: np.ndarray, values: np.ndarray, grid: RefreshEstimate) 
     period_prof = profile(1, _PROFILE_SPAN_S * p / half_span_s)
     if at_floor or not period_se <= 3 * period_prof:
         period_se = period_prof
+    # σ's own error, the same way (in log σ; the floor clamps the lower side, so the scan
+    # reaches its end there and reports the span). The curvature near the floor gave 19 s for
+    # a 27 µs σ on the H200's 240 s run6 counter (attr_vith_b8/run6), and the regression's
+    # σ perturbation then blurred every row by seconds: intervals ±90 % on every phase.
+    jitter_prof = s * profile(2, _PROFILE_LOG_SPAN)
+    if at_floor or not jitter_se <= 3 * jitter_prof:
+        jitter_se = jitter_prof
     if at_floor:
         # σ is only known to be small, not to be zero: the profile at the floor holds the grid
         # to the reads' contradictions alone (0.1–0.3 ms on 150–200 sparse counter reads),
@@ -174,6 +181,8 @@ def fit_jitter_grid(t_s: np.ndarray, values: np.ndarray, grid: RefreshEstimate) 
 
 
 _FLOOR_OFFSET_SE_S = 1e-3
+_PROFILE_LOG_SPAN = 1.0
+"""How far the profile scan of σ moves log σ (× e either way)."""
 _PROFILE_SPAN_S = 5e-3
 """How far the profile scans move the grid (offset, or the period's shift at the reads' ends):
 an error that reaches it is reported as a uniform one over the whole period."""
