@@ -17,6 +17,7 @@
 #   bash benchmarks/gpu_session.sh verify  # session 5's last call: NVML tests, sampler cost, an e2e and a zeus cell
 #   bash benchmarks/gpu_session.sh s6a     # session 6's first call: attr at ATTR_S (240) with the power buffer,
 #                                          then the GPU tests and a busy→busy kernel probe while time allows
+#   bash benchmarks/gpu_session.sh s6c     # session 6's second call: attr again (run7), busy→busy probe
 #   bash benchmarks/gpu_session.sh s6b     # session 6's second call: busy→busy probe, options twice (default,
 #                                          workers4, accum2, foreach)
 #   bash benchmarks/gpu_session.sh study   # the batch-size × mode study until DEADLINE_S; resumable
@@ -196,11 +197,17 @@ case "${1:-}" in
     ATTR_S=${ATTR_S:-240} ATTR_FLAGS=${ATTR_FLAGS---power-buffer} attr; echo "--- $(elapsed) s"
     if [ "$(elapsed)" -lt "${TESTS_BY_S:-430}" ]; then gpu_tests; echo "--- $(elapsed) s"; fi
     if [ "$(elapsed)" -lt "${PROBE_BY_S:-510}" ]; then PROBE_GAP=memory kernel_probe; fi ;;
+  s6c)
+    # Session 6's second call (~8 min): attribution run7, run6 repeated at the commit whose
+    # regression cuts long phases into bins, then the busy→busy kernel probe.
+    stamp s6c
+    ATTR_S=${ATTR_S:-240} ATTR_FLAGS=${ATTR_FLAGS---power-buffer} attr; echo "--- $(elapsed) s"
+    PROBE_GAP=memory kernel_probe ;;
   s6b)
     stamp s6b
     [ -n "${SKIP_PROBE:-}" ] || { PROBE_GAP=memory kernel_probe; echo "--- $(elapsed) s"; }
     options_twice ;;
   study) stamp study; study ;;
-  *) echo "usage: $0 core|first|par|alone|replay|cells|options|probe|sampler|next|verify|diag|attr|s6a|s6b|study" >&2; exit 2 ;;
+  *) echo "usage: $0 core|first|par|alone|replay|cells|options|probe|sampler|next|verify|diag|attr|s6a|s6b|s6c|study" >&2; exit 2 ;;
 esac
 echo "=== done in $(elapsed) s"

@@ -54,7 +54,8 @@ def scan(run: Path, lags_ms: list[float], warmup_steps: int = 0) -> list[dict]:
     with tempfile.TemporaryDirectory() as d:
         for lag_ms in lags_ms:
             rd = _shifted_copy(run, lag_ms / 1e3, Path(d))
-            res = attribute(rd, "regression", warmup_steps=warmup_steps).devices[0]
+            # One power per phase (no bins): bins would absorb part of a misalignment.
+            res = attribute(rd, "regression", warmup_steps=warmup_steps, bins=False).devices[0]
             diag = res.diagnostics
             row: dict = {
                 "lag_ms": lag_ms,

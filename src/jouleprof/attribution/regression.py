@@ -73,6 +73,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from jouleprof.attribution.bins import bin_counts, split_bins
 from jouleprof.attribution.bootstrap import block_bootstrap
 from jouleprof.attribution.common import EXCLUDED, Timeline
 from jouleprof.attribution.grid import JitterGrid, device_grids
@@ -298,6 +299,11 @@ class _Grids:
     """The device's power-buffer samples (power_buffer.csv rows), or None."""
 
 
+BIN_KEEP_RATIO = 0.95
+"""Auto bins: kept when their residual RMS is below this fraction of the unbinned model's.
+On the H200 V-JEPA2 runs the ratio was 0.74–0.86 (run4–run6, the backward's power rising
+through it); on simulated steps of flat phases ~1 (more columns, the same fit)."""
+
 STALL_KEEP_RATIO = 0.9
 """Auto stall model: kept when its residual RMS is below this fraction of the plain model's.
 On the H200 V-JEPA2 runs the ratio was 0.74–0.79 (backward −5.3 → −0.4 % of isolation on
@@ -345,9 +351,72 @@ def attribute_regression(
             "power fields read every ~20-50 ms (use --method proportional for this run)"
         )
     found = _Grids(dev, grids, grid_notes, buf)
+    bins = cfg.bins
+    if bins is None and not bin_counts(timeline, cfg.bin_s):
+        bins = False  # no phase long enough to cut
+    first = replace(cfg, bins=bool(bins))
     if cfg.stall_model is None:
-        return _auto_stall(found, timeline, device, cfg)
-    return _attribute(found, timeline, device, cfg)
+        res = _auto_stall(found, timeline, device, first)
+    else:
+        res = _attribute(found, timeline, device, first)
+    if bins is not None:
+        return res
+    return _auto_bins(found, timeline, device, cfg, res)
+
+
+def _auto_bins(found: _Grids, timeline: Timeline, device: str, cfg, whole: DeviceAttribution):
+    """The model `whole` chose (stall or plain) with long phases cut into bins; kept where it
+    explains the readings clearly better."""
+    choice = whole.diagnostics.get("stall_model_choice")
+    stall = choice["chosen"] == "stall" if choice else bool(cfg.stall_model)
+    try:
+        binned = _attribute(found, timeline, device, replace(cfg, bins=True, stall_model=stall))
+    except AttributionError as e:
+        whole.notes.append(f"bins not fitted: {e}")
+        return whole
+    r_whole = _dof_rms(whole)
+    r_bins = _dof_rms(binned)
+    covered = binned.diagnostics["rows_per_label"]
+    thin = [
+        b
+        for bins_ in binned.diagnostics["bins"]["members"].values()
+        for b in bins_
+        if covered.get(b, 0) < cfg.min_rows
+    ]
+    keep = binned if r_bins < BIN_KEEP_RATIO * r_whole and not thin else whole
+    if choice is not None:
+        keep.diagnostics["stall_model_choice"] = choice
+    keep.diagnostics["bins_choice"] = {
+        "chosen": keep is binned,
+        "residual_rms_w": {"whole": r_whole, "binned": r_bins},
+        "bins_under_min_rows": thin,
+        "keep_ratio": BIN_KEEP_RATIO,
+        "bin_s": cfg.bin_s,
+    }
+    note = (
+        f"bins: {'kept' if keep is binned else 'not kept'} (residual RMS per degree of freedom "
+        f"{r_whole:.1f} W with one power per phase, {r_bins:.1f} W with long phases cut into ~"
+        f"{1e3 * cfg.bin_s:g} ms bins; bins are kept below {BIN_KEEP_RATIO:g} × the first"
+        + (
+            f", and only where each bin has {cfg.min_rows} intervals: {len(thin)} have fewer"
+            if thin
+            else ""
+        )
+        + ")"
+    )
+    if keep is binned:
+        keep.notes[:] = [n for n in keep.notes if not n.startswith("model: ")]
+        keep.notes += [n for n in whole.notes if n.startswith("model: ")]
+    keep.notes.append(note)
+    return keep
+
+
+def _dof_rms(res: DeviceAttribution) -> float:
+    """The fit's residual RMS per degree of freedom: √(RSS / (rows − fitted columns)), so that
+    a model with more columns is not preferred for fitting noise on a short run."""
+    d = res.diagnostics
+    n, p = d["n_rows"], len(d["fitted_power_w"])
+    return float(d["residual_rms_w"] * np.sqrt(n / max(n - p, 1)))
 
 
 def _auto_stall(found: _Grids, timeline: Timeline, device: str, cfg: RegressionConfig):
@@ -380,10 +449,14 @@ def _attribute(found: _Grids, timeline: Timeline, device: str, cfg: RegressionCo
     jc = grids.get("counter", grids.get("power"))
     jp = grids.get("power", grids.get("counter"))
     assert jc is not None and jp is not None
-    # The stall model fits on a timeline whose phases are split into work and stall; results
-    # are reported per phase of the original timeline.
-    split = split_stalls(timeline, cfg.stall_quantile) if cfg.stall_model else None
+    # Long phases may be cut into bins of time, then the stall model splits every label into
+    # work and stall; results are reported per phase of the original timeline.
     reported = timeline
+    binned = split_bins(timeline, cfg.bin_s) if cfg.bins else None
+    members = binned.members if binned is not None else {}
+    timeline = binned.timeline if binned is not None else timeline
+    split = split_stalls(timeline, cfg.stall_quantile) if cfg.stall_model else None
+    labelled = timeline
     timeline = split.timeline if split is not None else timeline
     f = _fit_pass(dev, timeline, jc, jp, cfg, found.buffer)
     # A grid found to sit further off than the margins its reads were labelled with may have
@@ -458,12 +531,24 @@ def _attribute(found: _Grids, timeline: Timeline, device: str, cfg: RegressionCo
         )
     ceiling_w = _power_ceiling_w(dev, timeline)
     col_of = {timeline.names[j]: i for i, j in enumerate(cols)}
-    terms = _terms(reported, split, col_of)
+    terms = _terms(labelled, split, col_of, members)
     results, step_e, step_lo, step_hi, unphysical = _phase_results(
-        reported, cols, col_of, terms, power, boot, sens_w, cover, cfg, device, widen, ceiling_w
+        reported,
+        cols,
+        col_of,
+        terms,
+        power,
+        boot,
+        sens_w,
+        cover,
+        cfg,
+        device,
+        widen,
+        ceiling_w,
+        members,
     )
     joint = _joint_results(
-        reported, col_of, terms, power, boot, sens_w, cfg, device, widen, results, step_e
+        reported, col_of, terms, power, boot, sens_w, cfg, device, widen, results, step_e, members
     )
     results = _demote_partners(results, joint, unphysical, reported.n_steps, device) + joint
     resid = y - x @ power
@@ -532,6 +617,22 @@ def _attribute(found: _Grids, timeline: Timeline, device: str, cfg: RegressionCo
             f"{100 * cfg.counter_tail_fraction:.0f}% by an exponential of τ "
             f"{1e3 * cfg.counter_tail_s:g} ms, after a lag of {1e3 * cfg.counter_lag_s:g} ms); "
             f"its grid shifted {1e3 * theta[0]:+.2f} ms (prior σ {1e3 * f.prior_sd[0]:.2f} ms)"
+        )
+    if members:
+        diagnostics["bins"] = {
+            "bin_s": cfg.bin_s,
+            "members": members,
+            "energy_per_step_j": {
+                b: float(power[terms([b])[0]] @ terms([b])[1] / reported.n_steps)
+                for bins_ in members.values()
+                for b in bins_
+                if b in col_of
+            },
+        }
+        notes.append(
+            "bins: "
+            + ", ".join(f"{n} in {len(b)}" for n, b in members.items())
+            + f" bins of ~{1e3 * cfg.bin_s:g} ms, each with its own power (its energy is their sum)"
         )
     diagnostics["step_start_refresh_coverage"] = coverage
     diagnostics["interval_widened_by"] = widen

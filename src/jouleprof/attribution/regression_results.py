@@ -37,20 +37,43 @@ def _energy_interval(power, boot, sens_w, idx, t_s, cfg, widen=1.0):
     return e, lo, hi
 
 
-def _terms(timeline: Timeline, split: StallSplit | None, col_of: dict[str, int]):
+def _terms(timeline: Timeline, split: StallSplit | None, col_of: dict[str, int], members=None):
     """names → (columns, seconds) whose powers × seconds are those phases' energy: each
     phase's column over its time, or with the stall model its work time plus the stall
-    column over its stall time."""
+    column over its stall time. `members` (a binned phase → its bins, `attribution.bins`)
+    puts a phase's bins in its place; `timeline` is the one the fit's labels come from."""
+    members = members or {}
+
+    def expand(names):
+        return [m for n in names for m in members.get(n, [n])]
+
     if split is not None:
-        return lambda names: split.terms(names, col_of)
+        return lambda names: split.terms(expand(names), col_of)
     return lambda names: (
-        [col_of[n] for n in names],
-        np.array([timeline.time_s.get(n, 0.0) for n in names]),
+        [col_of[n] for n in expand(names)],
+        np.array([timeline.time_s.get(n, 0.0) for n in expand(names)]),
     )
 
 
+def _fitted(name: str, col_of: dict[str, int], members) -> bool:
+    """Whether every column making `name` (itself, or its bins) was fitted."""
+    return all(m in col_of for m in (members or {}).get(name, [name]))
+
+
 def _phase_results(
-    timeline, cols, col_of, terms, power, boot, sens_w, cover, cfg, device, widen, ceiling_w
+    timeline,
+    cols,
+    col_of,
+    terms,
+    power,
+    boot,
+    sens_w,
+    cover,
+    cfg,
+    device,
+    widen,
+    ceiling_w,
+    members=None,
 ):
     """One PhaseResult per label of the reported `timeline`, resolved or not; the analysed
     steps' energy with bounds; and the labels whose fitted power is unphysical.
@@ -59,9 +82,12 @@ def _phase_results(
     `terms`: names → (columns, seconds) of their energy (`_terms`).
     `widen` multiplies each interval's half-widths (lockstep: see attribute_regression).
     `ceiling_w`: a fitted power above it is not physical (see `_power_ceiling_w`).
+    `members`: a binned phase → its bins (`attribution.bins`); such a phase is checked on its
+    mean power and on the intervals its most-covered bin overlaps.
     """
+    members = members or {}
     n_steps = timeline.n_steps
-    in_step = [n for n in timeline.in_step_labels if n in col_of]
+    in_step = [n for n in timeline.in_step_labels if _fitted(n, col_of, members)]
     # Energy of the whole analysed steps: well determined even where its split is not.
     idx, t_vec = terms(in_step)
     step_e, step_lo, step_hi = _energy_interval(power, boot, sens_w, idx, t_vec, cfg)
@@ -70,23 +96,28 @@ def _phase_results(
     unphysical: set[str] = set()
     for name in timeline.order:
         time_s = timeline.time_s[name]
-        if name not in col_of:
+        if not _fitted(name, col_of, members):
             why = "no sensor interval overlaps it"
             results.append(unresolved(name, time_s, n_steps, METHOD, why, device))
             continue
-        i = col_of[name]
-        n_cover = int(cover[cols[i]])
+        labels = members.get(name, [name])
+        n_cover = max(int(cover[cols[col_of[m]]]) for m in labels)  # a bound on the union
         idx, t = terms([name])
         e, lo, hi = _energy_interval(power, boot, sens_w, idx, t, cfg, widen)
+        # Its own power (without stalls); a binned phase's mean over its bins.
+        if len(labels) == 1:
+            power_w = float(power[col_of[name]])
+        else:
+            power_w = e / time_s if time_s > 0 else 0.0
         why = None
         if n_cover < cfg.min_rows:
             why = f"only {n_cover} sensor intervals overlap it (need {cfg.min_rows})"
-        elif power[i] <= 0:
+        elif power_w <= 0:
             why = "the fit pins its power at 0 W: the data cannot separate it from its neighbours"
             unphysical.add(name)
-        elif ceiling_w is not None and power[i] > ceiling_w:
+        elif ceiling_w is not None and power_w > ceiling_w:
             why = (
-                f"its fitted power {power[i]:.0f} W is above any the sensor read "
+                f"its fitted power {power_w:.0f} W is above any the sensor read "
                 f"(ceiling {ceiling_w:.0f} W): it absorbs a neighbour's energy"
             )
             unphysical.add(name)
@@ -108,7 +139,7 @@ def _phase_results(
                 e,
                 max(lo, 0.0),
                 hi,
-                e / time_s if time_s > 0 else float(power[i]),  # = its power, without stalls
+                e / time_s if time_s > 0 else power_w,  # = its power, without stalls
                 share,
                 METHOD,
                 True,
@@ -158,7 +189,7 @@ def _nested(a: str, b: str) -> bool:
 
 
 def _joint_results(
-    timeline, col_of, terms, power, boot, sens_w, cfg, device, widen, results, step_e
+    timeline, col_of, terms, power, boot, sens_w, cfg, device, widen, results, step_e, members=None
 ):
     """Rows for phases the fit cannot split but can weigh together.
 
@@ -171,7 +202,9 @@ def _joint_results(
     """
     in_step = set(timeline.in_step_labels)
     unresolved_in_step = [
-        r.phase for r in results if not r.resolved and r.phase in col_of and r.phase in in_step
+        r.phase
+        for r in results
+        if not r.resolved and _fitted(r.phase, col_of, members) and r.phase in in_step
     ]
     pairs = _adjacent_pairs(timeline)
     n_steps = timeline.n_steps
@@ -188,18 +221,18 @@ def _joint_results(
         # An unresolved neighbour first (the two are what the fit could not split), then
         # the most frequent one.
         best = max(cands, key=lambda c: (all(p in unresolved_in_step for p in c[0]), c[1]))[0]
-        if best in done or not all(p in col_of for p in best):
+        if best in done or not all(_fitted(p, col_of, members) for p in best):
             continue
         done.add(best)
-        members = [p for p in timeline.order if p in best]
-        idx, t = terms(members)
+        pair = [p for p in timeline.order if p in best]
+        idx, t = terms(pair)
         e, lo, hi = _energy_interval(power, boot, sens_w, idx, t, cfg, widen)
         if e <= 0 or hi - lo > e:
             continue
-        time_s = float(sum(timeline.time_s[p] for p in members))
-        label = "+".join(members)
+        time_s = float(sum(timeline.time_s[p] for p in pair))
+        label = "+".join(pair)
         note = (
-            f"jointly: the data cannot split {' from '.join(members)}, but weigh them together; "
+            f"jointly: the data cannot split {' from '.join(pair)}, but weigh them together; "
             f"±{pct_text(50 * (hi - lo) / e)}%"
         )
         out.append(

@@ -1,0 +1,122 @@
+"""Long phases cut into bins of time for regression (attribution.bins)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from jouleprof.attribution import attribute
+from jouleprof.attribution.bins import bin_counts, split_bins
+from jouleprof.attribution.common import build_timeline
+from jouleprof.attribution.stall import split_stalls
+from jouleprof.sensors.simulated_workload import PhaseSpec, simulate_training
+
+
+def _timeline(backward_ms):
+    rows, t = [], 1.0
+    for step, b in enumerate(backward_ms):
+        rows += [
+            (step, "forward", t, t + 0.05),
+            (step, "forward/inner", t + 0.01, t + 0.02),  # the parent in two segments
+            (step, "backward", t + 0.05, t + 0.05 + b / 1e3),
+            (step, "optimizer", t + 0.05 + b / 1e3, t + 0.056 + b / 1e3),
+        ]
+        t += 0.056 + b / 1e3
+    spans = pd.DataFrame(rows, columns=["step", "phase", "t0_s", "t1_s"])
+    return build_timeline(spans, 0.0, t + 1.0, warmup_steps=0)
+
+
+def test_long_phases_are_cut_into_equal_bins_within_every_step():
+    tl = _timeline([80, 120, 100, 100])
+    assert bin_counts(tl, 0.025) == {"forward": 2, "backward": 4}  # 40 and 100 ms a step
+    b = split_bins(tl, 0.025)
+    out = b.timeline
+    assert b.members["backward"] == [f"backward#{i}" for i in range(1, 5)]
+    assert b.expand(["optimizer", "backward"]) == ["optimizer", *b.members["backward"]]
+    # Time is only re-labelled: each phase's bins hold its time, short phases stay whole.
+    for name, bins in b.members.items():
+        assert sum(out.time_s[x] for x in bins) == pytest.approx(tl.time_s[name])
+        assert name not in out.time_s and name not in out.order
+    assert out.time_s["optimizer"] == pytest.approx(tl.time_s["optimizer"])
+    assert out.time_s["forward/inner"] == pytest.approx(tl.time_s["forward/inner"])
+    # In each step the backward's quarters are a quarter of that step's backward, in order.
+    t0 = tl.step_extents_s[1][0] + 0.05  # step 1: a 120 ms backward
+    for i in range(4):
+        ov = out.overlap_s(np.array([t0 + 0.030 * i]), np.array([t0 + 0.030 * (i + 1)]))[0]
+        assert ov[out.names.index(f"backward#{i + 1}")] == pytest.approx(0.030)
+    # The forward's own time (its 40 ms around the child) splits along its time, not its
+    # span: 20 ms each, the first bin spanning the child.
+    f0 = tl.step_extents_s[0][0]
+    first = out.overlap_s(np.array([f0]), np.array([f0 + 0.03]))[0]
+    assert first[out.names.index("forward#1")] == pytest.approx(0.020)
+    assert first[out.names.index("forward/inner")] == pytest.approx(0.010)
+    # The stall split works on the binned timeline; a weighted one cannot be binned.
+    sp = split_stalls(out, 0.0)
+    with pytest.raises(ValueError, match="without weights"):
+        split_bins(sp.timeline, 0.025)
+    with pytest.raises(ValueError, match="bin_s"):
+        bin_counts(tl, 0.0)
+
+
+# A backward whose power steps from 380 to 680 W halfway through, recorded as one phase,
+# then the short optimizer and EMA.
+PHASES = [
+    PhaseSpec("forward", 0.06, 700, 0.02),
+    PhaseSpec("bwd_lo", 0.05, 380, 0.02),
+    PhaseSpec("bwd_hi", 0.045, 680, 0.02),
+    PhaseSpec("optimizer", 0.006, 520, 0.02),
+    PhaseSpec("ema", 0.0035, 540, 0.02),
+]
+
+
+@pytest.fixture(scope="module")
+def uneven_run(tmp_path_factory):
+    d = tmp_path_factory.mktemp("uneven")
+    run = simulate_training(PHASES, 500, seed=0, span_noise_s=20e-6)
+    run.samples_frame().to_csv(d / "samples.csv", index=False)
+    sp = run.spans_frame()
+    lo = sp[sp["phase"] == "bwd_lo"].set_index("step")
+    hi = sp[sp["phase"] == "bwd_hi"].set_index("step")
+    bwd = lo.assign(phase="backward", t1_s=hi["t1_s"], host_t1_s=hi["host_t1_s"]).reset_index()
+    rest = sp[~sp["phase"].isin(["bwd_lo", "bwd_hi"])]
+    spans = pd.concat([rest, bwd]).sort_values(["step", "t0_s"])
+    spans.to_csv(d / "spans.csv", index=False)
+    truth = dict(run.true_energy_j)
+    truth["backward"] = truth.pop("bwd_lo") + truth.pop("bwd_hi")
+    return d, truth
+
+
+def _errors(res, truth):
+    return {
+        p.phase: (p, p.energy_j / truth[p.phase] - 1)
+        for p in res.phases
+        if p.resolved and p.phase in truth
+    }
+
+
+def test_bins_are_chosen_for_an_uneven_phase_and_put_its_neighbours_back(uneven_run):
+    d, truth = uneven_run
+    whole = attribute(d, "regression", None, 0, bins=False).devices[0]
+    auto = attribute(d, "regression", None, 0).devices[0]
+    choice = auto.diagnostics["bins_choice"]
+    assert choice["chosen"]
+    assert choice["residual_rms_w"]["binned"] < 0.5 * choice["residual_rms_w"]["whole"]
+    assert auto.diagnostics["bins"]["members"]["backward"][0] == "backward#1"
+    # One power for the whole backward books it 7 % low and leaves the optimizer unphysical.
+    e_whole = _errors(whole, truth)
+    assert e_whole["backward"][1] < -0.05
+    assert "optimizer" not in e_whole
+    # Its bins find the power rising through it; backward and forward within 1 %, the
+    # optimizer within 5 % and inside its interval.
+    e = _errors(auto, truth)
+    assert abs(e["backward"][1]) < 0.01 and abs(e["forward"][1]) < 0.01
+    opt, err = e["optimizer"]
+    assert abs(err) < 0.05 and opt.energy_lo_j <= truth["optimizer"] <= opt.energy_hi_j
+    bins_j = auto.diagnostics["bins"]["energy_per_step_j"]
+    first = sum(bins_j[f"backward#{i}"] for i in range(1, 5))
+    last = sum(bins_j[f"backward#{i}"] for i in range(5, 9))
+    assert last > 1.5 * first  # 680 W against 380 W
+    assert sum(bins_j[b] for b in auto.diagnostics["bins"]["members"]["backward"]) == (
+        pytest.approx(next(p.energy_j for p in auto.phases if p.phase == "backward") / 500, 0.05)
+    )
