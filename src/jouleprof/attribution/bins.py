@@ -1,14 +1,15 @@
 """Long phases split into bins of time, each with its own power, for regression.
 
 The regression's basic model gives a phase one power for its whole length. A long phase is
-rarely flat: on the H200 the V-JEPA2 backward (~98 ms at batch 8) draws ~380 W in its first
-half and ~510 W in its last quarter (benchmarks/results/attr_vith_b8/run6). With one power, a
-counter row whose edge falls in a short phase next to it (the 6 ms optimizer) sees the
-neighbour's end at the wrong power; and since the counter's rows are 100 ms long and the step
-~200 ms, the row's other edge lands at the same point of the step every time, so the error
-does not average out: it moved ~0.7 J a step into the optimizer (+23 % on its 2.95 J).
+rarely flat: on the H200 the V-JEPA2 backward (~98 ms at batch 8) draws ~435 W in its first
+half and ~630 W in its last quarter (benchmarks/results/attr_vith_b8, run6–run8). With one
+power for it, the rows with an edge in the short phase after it (the 6 ms optimizer) are
+modelled wrongly. The counter's rows are 100 ms long and the step ~200 ms, so a row's other
+edge lands at the same point of the step every time, and the error does not average out. It
+put the optimizer 23–38 % above its isolated energy on three 240 s runs; with bins, +2, −9
+and +7 %.
 
-Each recorded phase whose time per step is at least twice `bin_s` is cut into
+Each recorded phase whose time per step is at least 1.5 × `bin_s` is cut into
 k = round(time per step / bin_s) bins of equal time within every step: its first k-th in
 the step is "name#1", and so on (a phase in several segments in a step, such as a parent
 around its children, is cut along its own time, wherever the segments lie). Each bin is a

@@ -46,6 +46,9 @@ Assumptions, stated so a user can judge a result:
   the stall model (`attribution.stall`), its work does, and the time it takes beyond its
   shortest steps draws one power shared by all phases (a host-paced GPU waiting). Both models
   are fitted and the stall model kept where its residual is clearly lower (STALL_KEEP_RATIO);
+- a phase draws one power through its length — or, where long phases are cut into bins
+  (`attribution.bins`, kept where the residual per degree of freedom is clearly lower:
+  BIN_KEEP_RATIO), each ~`bin_s` of it draws its own, the same in every step;
 - idle time and untracked time each have one constant power;
 - each signal refreshes on a regular grid whose instants jitter without bias (Gaussian);
 - the counter books each interval's energy when it is drawn (`counter_tail_s`,

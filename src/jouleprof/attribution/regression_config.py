@@ -89,7 +89,7 @@ class RegressionConfig:
     stall_quantile: float = 0.05
     """Stall model: a phase's work time in a step is this quantile of its per-step time."""
     bins: bool | None = None
-    """Cut each phase of at least 2 × bin_s per step into bins of time, each with its own
+    """Cut each phase of at least 1.5 × bin_s per step into bins of time, each with its own
     power (`attribution.bins`): for long phases whose power is not flat, which otherwise
     bias the short phases beside them. None: fit with and without, and keep the bins where
     they lower the residual RMS below BIN_KEEP_RATIO of the unbinned model's."""

@@ -107,6 +107,20 @@ def attribute_cmd(
             show_default=False,
         ),
     ] = None,
+    bins: Annotated[
+        bool | None,
+        typer.Option(
+            "--bins/--no-bins",
+            help="Regression: cut each phase of ≥ 1.5 × --bin-ms a step into bins of time, each "
+            "with its own power (for long phases whose power is not flat, which bias the short "
+            "phases beside them). Default: keep the bins where they fit the readings clearly "
+            "better.",
+            show_default=False,
+        ),
+    ] = None,
+    bin_ms: Annotated[
+        float, typer.Option(help="Regression: target length of a bin, ms.", min=0.1)
+    ] = 12.5,
     buffer_rows: Annotated[
         bool,
         typer.Option(
@@ -133,6 +147,8 @@ def attribute_cmd(
             n_boot=n_boot,
             instant_window_s=instant_window_s,
             stall_model=stall_model,
+            bins=bins,
+            bin_s=bin_ms / 1e3,
             use_buffer=buffer_rows,
         )
         if instant_kernel is not None:
