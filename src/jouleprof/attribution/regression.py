@@ -524,6 +524,16 @@ def _attribute(found: _Grids, timeline: Timeline, device: str, cfg: RegressionCo
     # then leans on details of the sensor model that the interval does not capture. Widen it
     # (a heuristic: by 0.5 / coverage, so × 2.5 when steps start in 4 of 20 parts of the cycle).
     notes = list(grid_notes)
+    n_instant = int(np.sum(rows.kind == INSTANT))
+    if cfg.use_instant and "power" in grids and n_instant < 0.1 * jp.grid.n_updates:
+        # A grid whose instants jitter by a large part of its period leaves few readings that
+        # only one refresh can have produced (on the H200's run6, 30 ms over 366 s: 8 of
+        # 3,553; 6–10 ms on run7 and run8). The fit then rests on the counter.
+        notes.append(
+            f"the power fields' refresh grid fits with {1e3 * jp.jitter_s:.0f} ms of jitter: "
+            f"only {n_instant} of their {jp.grid.n_updates} updates could be placed on it, so "
+            "the fit rests on the counter's rows (their refresh may wander over a long run)"
+        )
     coverage = max(_refresh_coverage(timeline, g.grid) for g in (jc, jp))
     widen = max(1.0, 0.5 / max(coverage, 0.05))
     if coverage < 0.5:
