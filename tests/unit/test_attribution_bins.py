@@ -128,9 +128,16 @@ RUN6 = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "attr_vi
 
 
 @pytest.mark.skipif(not (RUN6 / "samples.csv").is_file(), reason="committed H200 run absent")
-def test_run6_says_its_power_readings_could_not_be_placed():
-    # The H200's run6: the power fields' grid fitted with 30 ms of jitter over 366 s, so
-    # almost none of their readings entered the fit, and the result says so.
-    dev = attribute(RUN6, "regression", None, 0, bins=False, stall_model=False).devices[0]
-    assert dev.diagnostics["rows"]["power_instant"]["n_rows"] < 50
-    assert any("rests on the counter" in n for n in dev.notes)
+def test_run6_power_readings_are_placed_on_a_grid_fitted_in_pieces():
+    # The H200's run6: one power-field grid for 366 s fitted with 30 ms of jitter, so almost
+    # none of their readings could enter the fit, and the result says so. Fitted in 60 s
+    # pieces (the default), each piece's jitter is 6–11 ms and the readings are used.
+    kw = {"bins": False, "stall_model": False}
+    one = attribute(RUN6, "regression", None, 0, power_piece_s=None, **kw).devices[0]
+    assert one.diagnostics["rows"]["power_instant"]["n_rows"] < 50
+    assert any("rests on the counter" in n for n in one.notes)
+    pieces = attribute(RUN6, "regression", None, 0, **kw).devices[0]
+    assert pieces.diagnostics["rows"]["power_instant"]["n_rows"] > 2000
+    assert len(pieces.diagnostics["power_pieces"]) == 6
+    assert any("fitted in 6 pieces" in n for n in pieces.notes)
+    assert not any("rests on the counter" in n for n in pieces.notes)

@@ -1,4 +1,5 @@
 import numpy as np
+import pandas as pd
 import pytest
 
 from jouleprof.sensors.refresh import (
@@ -98,3 +99,48 @@ def test_a_near_floor_jitter_gets_a_bounded_error():
     jg = fit_jitter_grid(t, energy_j, start)
     assert jg.method == "mle" and jg.jitter_s < 1e-4
     assert jg.jitter_s <= jg.jitter_se_s < 1e-3
+
+
+def _power_reads(late_period_s: float, seed: int = 0):
+    """240 s of instant power read every ~20 ms; the refresh period is 100.10 ms, then
+    `late_period_s` from 120 s on; instants jitter by 0.5 ms."""
+    rng = np.random.default_rng(seed)
+    inst, t = [], 0.0137
+    while t < 240:
+        inst.append(t)
+        t += 0.10010 if t < 120 else late_period_s
+    instants = np.array(inst) + rng.normal(0.0, 0.5e-3, len(inst))
+    reads = np.cumsum(rng.uniform(0.015, 0.025, 12500))
+    reads = reads[reads < 240]
+    values = rng.uniform(300, 700, len(instants) + 1)[np.searchsorted(instants, reads)]
+    return pd.DataFrame(
+        {
+            "t_s": reads,
+            "device": "gpu0",
+            "power_w": np.nan,
+            "power_instant_w": values,
+            "energy_j": np.nan,
+        }
+    )
+
+
+def test_a_power_grid_whose_period_moves_is_fitted_in_pieces():
+    # The power fields' period moves with the load (run6 on the H200: 100.16–100.23 ms in 60 s
+    # pieces): one grid for 240 s then jitters by many ms, and few readings can be placed on
+    # it. Pieces of ~60 s each find their own period, within the true 0.5 ms jitter.
+    from jouleprof.attribution.grid import device_grids, power_pieces
+
+    df = _power_reads(0.10030)
+    whole = device_grids(df, df, use_counter=False)[0]["power"]
+    assert whole.jitter_s > 5e-3
+    pieces = power_pieces(df, whole)
+    assert pieces is not None and len(pieces) == 4
+    periods = [g.grid.period_s for _, _, g in pieces]
+    assert periods[:2] == pytest.approx([0.10010] * 2, abs=2e-6)
+    assert periods[2:] == pytest.approx([0.10030] * 2, abs=2e-6)
+    assert all(g.jitter_s < 1e-3 for _, _, g in pieces)
+    # A run whose single grid holds is left whole, and so is a short one.
+    steady = _power_reads(0.10010)
+    one = device_grids(steady, steady, use_counter=False)[0]["power"]
+    assert one.jitter_s < 1e-3 and power_pieces(steady, one) is None
+    assert power_pieces(df[df["t_s"] < 100], whole) is None

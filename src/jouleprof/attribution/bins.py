@@ -6,7 +6,7 @@ half and ~630 W in its last quarter (benchmarks/results/attr_vith_b8, run6–run
 power for it, the rows with an edge in the short phase after it (the 6 ms optimizer) are
 modelled wrongly. The counter's rows are 100 ms long and the step ~200 ms, so a row's other
 edge lands at the same point of the step every time, and the error does not average out. It
-put the optimizer 23–38 % above its isolated energy on three 240 s runs; with bins, +2, −9
+put the optimizer 23–38 % above its isolated energy on three 240 s runs; with bins, +2, −10
 and +7 %.
 
 Each recorded phase whose time per step is at least 1.5 × `bin_s` is cut into

@@ -6,10 +6,15 @@ both, each refitted with the spread of its true instants around it.
 
 from __future__ import annotations
 
+import numpy as np
+
 from jouleprof.sensors.refresh import detect_device_refresh
 from jouleprof.sensors.refresh_fit import JitterGrid, fit_jitter_grid
 
-__all__ = ["JitterGrid", "device_grids", "fit_jitter_grid"]
+__all__ = ["PIECE_S", "JitterGrid", "device_grids", "fit_jitter_grid", "power_pieces"]
+
+PIECE_S = 60.0
+"""Length of a piece of a long run whose power-field grid is fitted on its own."""
 
 
 def _grid(samples, device: str, signal: str):
@@ -44,3 +49,38 @@ def device_grids(
             continue
         out[name] = fit_jitter_grid(t, dev[grid.signal].to_numpy(float), grid)
     return out, notes
+
+
+def power_pieces(
+    dev, whole: JitterGrid, piece_s: float = PIECE_S
+) -> list[tuple[float, float, JitterGrid]] | None:
+    """The power fields' grid fitted piece by piece, where one grid for the whole run does not
+    hold: [(t0_s, t1_s, grid)], or None.
+
+    The H200's power fields refresh every ~100 ms, but their period moves with the load: over
+    run6's 366 s (benchmarks/results/attr_vith_b8) one grid fitted 30 ms of jitter and only 8 of
+    3,553 readings could be placed on it, while 60 s pieces had periods of 100.162, 100.230
+    and 100.205 ms. Pieces are used for runs of at least two pieces whose single grid jitters
+    by more than 3 ms, when they halve the jitter (the median piece's against the whole's).
+    """
+    t = dev["t_s"].to_numpy(float)
+    col = whole.grid.signal
+    if col not in dev.columns or len(t) == 0:
+        return None
+    span = float(t.max() - t.min())
+    if span < 2 * piece_s or not whole.jitter_s > 3e-3:
+        return None
+    n = int(round(span / piece_s))
+    edges = np.linspace(float(t.min()), float(t.max()), n + 1)
+    device = str(dev["device"].iloc[0])
+    pieces = []
+    for a, b in zip(edges[:-1], edges[1:], strict=True):
+        sub = dev[(t >= a) & (t <= b)]
+        est = detect_device_refresh(sub, device, signal=col)
+        if est is None or est.signal != col:
+            return None
+        g = fit_jitter_grid(sub["t_s"].to_numpy(float), sub[col].to_numpy(float), est)
+        pieces.append((float(a), float(b), g))
+    if np.median([g.jitter_s for _, _, g in pieces]) > 0.5 * whole.jitter_s:
+        return None
+    return pieces

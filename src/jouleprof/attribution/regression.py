@@ -79,7 +79,7 @@ import numpy as np
 from jouleprof.attribution.bins import bin_counts, split_bins
 from jouleprof.attribution.bootstrap import block_bootstrap
 from jouleprof.attribution.common import EXCLUDED, Timeline
-from jouleprof.attribution.grid import JitterGrid, device_grids
+from jouleprof.attribution.grid import JitterGrid, device_grids, power_pieces
 from jouleprof.attribution.kernels import counter_delays
 from jouleprof.attribution.placement import (
     NO_DELAY,
@@ -155,17 +155,38 @@ def _counter_delays(cfg: RegressionConfig):
 
 
 def _fit_pass(
-    dev, timeline: Timeline, jc: JitterGrid, jp: JitterGrid, cfg: RegressionConfig, buffer=None
+    dev,
+    timeline: Timeline,
+    jc: JitterGrid,
+    jp: JitterGrid,
+    cfg: RegressionConfig,
+    buffer=None,
+    pieces=None,
 ):
     """Build the rows on the grids `jc` (counter) and `jp` (power fields), and the power
-    buffer's rows where `buffer` (its samples of this device) is given, and fit them."""
+    buffer's rows where `buffer` (its samples of this device) is given, and fit them.
+    `pieces` ([(t0_s, t1_s, grid)], `grid.power_pieces`): the instant rows of each stretch of
+    the run come from its own grid instead of `jp`."""
+    instant = (cfg.instant_window_s, cfg.instant_weight) if cfg.use_instant else None
     rows = sensor_rows(
         dev,
         {COUNTER: jc.grid, INSTANT: jp.grid, AVERAGE: jp.grid},
         counter_weight=cfg.counter_weight if cfg.use_counter else None,
-        instant=(cfg.instant_window_s, cfg.instant_weight) if cfg.use_instant else None,
+        instant=None if pieces else instant,
         average=(cfg.average_window_s, cfg.average_weight) if cfg.use_average else None,
     )
+    for a_s, b_s, g in pieces or ():
+        t = dev["t_s"].to_numpy(float)
+        try:
+            part = sensor_rows(
+                dev[(t >= a_s) & (t <= b_s)],
+                {INSTANT: g.grid},
+                counter_weight=None,
+                instant=instant,
+            )
+        except AttributionError:
+            continue  # a stretch with no usable instant reading
+        rows = merge_rows(rows, part)
     if buffer is not None:
         t = dev["t_s"].to_numpy(float)
         rows = merge_rows(
@@ -300,6 +321,8 @@ class _Grids:
     notes: list[str]
     buffer: object = None
     """The device's power-buffer samples (power_buffer.csv rows), or None."""
+    pieces: list | None = None
+    """The power fields' grid fitted piece by piece over a long run (`grid.power_pieces`)."""
 
 
 BIN_KEEP_RATIO = 0.95
@@ -353,7 +376,31 @@ def attribute_regression(
             "to see them; regression needs the counter read about once per refresh or the "
             "power fields read every ~20-50 ms (use --method proportional for this run)"
         )
-    found = _Grids(dev, grids, grid_notes, buf)
+    pieces = None
+    if "power" in grids and (cfg.use_instant or cfg.use_average) and cfg.power_piece_s:
+        pieces = power_pieces(dev, grids["power"], cfg.power_piece_s)
+    if pieces:
+        whole = grids["power"]
+        # Each row's blur is its own piece's; the kind's ceiling and its perturbation become
+        # the widest piece's.
+        grids = {
+            **grids,
+            "power": replace(
+                whole,
+                jitter_s=max(g.jitter_s for _, _, g in pieces),
+                jitter_se_s=max(g.jitter_se_s for _, _, g in pieces),
+            ),
+        }
+        grid_notes = [
+            *grid_notes,
+            f"the power fields' grid was fitted in {len(pieces)} pieces of ~"
+            f"{(pieces[0][1] - pieces[0][0]):.0f} s: one grid for the whole run jittered by "
+            f"{1e3 * whole.jitter_s:.0f} ms, the pieces by "
+            f"{1e3 * min(g.jitter_s for _, _, g in pieces):.0f}–"
+            f"{1e3 * max(g.jitter_s for _, _, g in pieces):.0f} ms (their refresh period "
+            "moves with the load)",
+        ]
+    found = _Grids(dev, grids, grid_notes, buf, pieces)
     bins = cfg.bins
     if bins is None and not bin_counts(timeline, cfg.bin_s):
         bins = False  # no phase long enough to cut
@@ -461,7 +508,7 @@ def _attribute(found: _Grids, timeline: Timeline, device: str, cfg: RegressionCo
     split = split_stalls(timeline, cfg.stall_quantile) if cfg.stall_model else None
     labelled = timeline
     timeline = split.timeline if split is not None else timeline
-    f = _fit_pass(dev, timeline, jc, jp, cfg, found.buffer)
+    f = _fit_pass(dev, timeline, jc, jp, cfg, found.buffer, found.pieces)
     # A grid found to sit further off than the margins its reads were labelled with may have
     # given some readings to the wrong refresh: label them again on the moved grids.
     moved = [0.0, 0.0]
@@ -471,7 +518,7 @@ def _attribute(found: _Grids, timeline: Timeline, device: str, cfg: RegressionCo
         moved = [float(th[0]), float(th[2])]
         jc = _moved(jc, th[0], th[1], f.center_s, f.half_s)
         jp = _moved(jp, th[2], th[3], f.center_s, f.half_s)
-        f = _fit_pass(dev, timeline, jc, jp, cfg, found.buffer)
+        f = _fit_pass(dev, timeline, jc, jp, cfg, found.buffer, found.pieces)
     pl, theta, theta_cov, w, x, power = f.pl, f.theta, f.theta_cov, f.w, f.x, f.power
     rows, cols, cover, sigma = pl.rows, pl.cols, f.cover, pl.sigma_s
     y = pl.target(theta)
@@ -584,6 +631,9 @@ def _attribute(found: _Grids, timeline: Timeline, device: str, cfg: RegressionCo
         "instant_window_s": cfg.instant_window_s,
         "instant_kernel": [list(b) for b in cfg.instant_kernel],
         "refresh": {name: g.to_json() for name, g in grids.items()},
+        "power_pieces": [
+            {"t0_s": a_s, "t1_s": b_s, **g.to_json()} for a_s, b_s, g in found.pieces or ()
+        ],
         "placement": {
             name: {"value": float(theta[i]), "sd": float(np.sqrt(theta_cov[i, i]))}
             for i, name in enumerate(PARAMS)

@@ -88,6 +88,10 @@ class RegressionConfig:
     STALL_KEEP_RATIO of the plain model's."""
     stall_quantile: float = 0.05
     """Stall model: a phase's work time in a step is this quantile of its per-step time."""
+    power_piece_s: float | None = 60.0
+    """Over a run of at least two such pieces, fit the power fields' refresh grid piece by
+    piece where one grid for the run jitters by more than 3 ms and the pieces halve that
+    (`grid.power_pieces`: their period moves with the load). None: one grid."""
     bins: bool | None = None
     """Cut each phase of at least 1.5 × bin_s per step into bins of time, each with its own
     power (`attribution.bins`): for long phases whose power is not flat, which otherwise
@@ -202,6 +206,8 @@ class RegressionConfig:
             raise ValueError(f"counter_shift_sd_s must be ≥ 0, got {self.counter_shift_sd_s}")
         if not np.isfinite(self.counter_lag_s):
             raise ValueError(f"counter_lag_s must be finite, got {self.counter_lag_s}")
+        if self.power_piece_s is not None and not self.power_piece_s > 0:
+            raise ValueError(f"power_piece_s must be > 0 seconds or None, got {self.power_piece_s}")
         if not 0 <= self.stall_quantile < 0.5:
             raise ValueError(f"stall_quantile must be in [0, 0.5), got {self.stall_quantile}")
 
