@@ -6,12 +6,21 @@ both, each refitted with the spread of its true instants around it.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from jouleprof.sensors.refresh import detect_device_refresh
 from jouleprof.sensors.refresh_fit import JitterGrid, fit_jitter_grid
 
-__all__ = ["PIECE_S", "JitterGrid", "device_grids", "fit_jitter_grid", "power_pieces"]
+__all__ = [
+    "PIECE_S",
+    "JitterGrid",
+    "device_grids",
+    "fit_jitter_grid",
+    "power_pieces",
+    "with_power_pieces",
+]
 
 PIECE_S = 60.0
 """Length of a piece of a long run whose power-field grid is fitted on its own."""
@@ -84,3 +93,28 @@ def power_pieces(
     if np.median([g.jitter_s for _, _, g in pieces]) > 0.5 * whole.jitter_s:
         return None
     return pieces
+
+
+def with_power_pieces(dev, grids: dict[str, JitterGrid], notes: list[str], piece_s: float):
+    """(grids, notes, pieces): where `power_pieces` applies, the power grid's jitter and its
+    error become the widest piece's (the ceiling of a row's blur and the σ perturbation; each
+    row's own blur is its piece's), with a note; otherwise all as given and pieces None."""
+    if "power" not in grids:
+        return grids, notes, None
+    whole = grids["power"]
+    pieces = power_pieces(dev, whole, piece_s)
+    if not pieces:
+        return grids, notes, None
+    widest = dataclasses.replace(
+        whole,
+        jitter_s=max(g.jitter_s for _, _, g in pieces),
+        jitter_se_s=max(g.jitter_se_s for _, _, g in pieces),
+    )
+    jit = [1e3 * g.jitter_s for _, _, g in pieces]
+    note = (
+        f"the power fields' grid was fitted in {len(pieces)} pieces of ~"
+        f"{pieces[0][1] - pieces[0][0]:.0f} s: one grid for the whole run jittered by "
+        f"{1e3 * whole.jitter_s:.0f} ms, the pieces by {min(jit):.0f}–{max(jit):.0f} ms "
+        "(their refresh period moves with the load)"
+    )
+    return {**grids, "power": widest}, [*notes, note], pieces

@@ -65,8 +65,9 @@ A phase is reported unresolved (energy None, with the reason) when fewer than `m
 intervals overlap it, when the fit pins its power at zero, or when its interval is wider than
 its estimate.
 
-The settings are in `regression_config`, the per-phase results built from the fit in
-`regression_results`; the names other code imports from here are re-exported.
+The settings are in `regression_config`, the choice of model (stall, bins) in
+`regression_choice`, the per-phase results built from the fit in `regression_results`; the
+names other code imports from here are re-exported.
 """
 
 from __future__ import annotations
@@ -76,10 +77,10 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from jouleprof.attribution.bins import bin_counts, split_bins
+from jouleprof.attribution.bins import split_bins
 from jouleprof.attribution.bootstrap import block_bootstrap
 from jouleprof.attribution.common import EXCLUDED, Timeline
-from jouleprof.attribution.grid import JitterGrid, device_grids, power_pieces
+from jouleprof.attribution.grid import JitterGrid, device_grids, with_power_pieces
 from jouleprof.attribution.kernels import counter_delays
 from jouleprof.attribution.placement import (
     NO_DELAY,
@@ -88,6 +89,11 @@ from jouleprof.attribution.placement import (
     fit_powers,
     refine,
     row_weights,
+)
+from jouleprof.attribution.regression_choice import (  # noqa: F401  (re-exported)
+    BIN_KEEP_RATIO,
+    STALL_KEEP_RATIO,
+    choose_model,
 )
 from jouleprof.attribution.regression_config import (  # noqa: F401  (re-exported)
     BUFFER_KERNEL,
@@ -325,17 +331,6 @@ class _Grids:
     """The power fields' grid fitted piece by piece over a long run (`grid.power_pieces`)."""
 
 
-BIN_KEEP_RATIO = 0.95
-"""Auto bins: kept when their residual RMS is below this fraction of the unbinned model's.
-On the H200 V-JEPA2 runs the ratio was 0.74–0.86 (run4–run6, the backward's power rising
-through it); on simulated steps of flat phases ~1 (more columns, the same fit)."""
-
-STALL_KEEP_RATIO = 0.9
-"""Auto stall model: kept when its residual RMS is below this fraction of the plain model's.
-On the H200 V-JEPA2 runs the ratio was 0.74–0.79 (backward −5.3 → −0.4 % of isolation on
-run4); on simulated steps of constant-power phases the stall model fits worse (1.07–1.10)."""
-
-
 def attribute_regression(
     samples, timeline: Timeline, device: str, cfg: RegressionConfig | None = None, buffer=None
 ) -> DeviceAttribution:
@@ -377,121 +372,10 @@ def attribute_regression(
             "power fields read every ~20-50 ms (use --method proportional for this run)"
         )
     pieces = None
-    if "power" in grids and (cfg.use_instant or cfg.use_average) and cfg.power_piece_s:
-        pieces = power_pieces(dev, grids["power"], cfg.power_piece_s)
-    if pieces:
-        whole = grids["power"]
-        # Each row's blur is its own piece's; the kind's ceiling and its perturbation become
-        # the widest piece's.
-        grids = {
-            **grids,
-            "power": replace(
-                whole,
-                jitter_s=max(g.jitter_s for _, _, g in pieces),
-                jitter_se_s=max(g.jitter_se_s for _, _, g in pieces),
-            ),
-        }
-        grid_notes = [
-            *grid_notes,
-            f"the power fields' grid was fitted in {len(pieces)} pieces of ~"
-            f"{(pieces[0][1] - pieces[0][0]):.0f} s: one grid for the whole run jittered by "
-            f"{1e3 * whole.jitter_s:.0f} ms, the pieces by "
-            f"{1e3 * min(g.jitter_s for _, _, g in pieces):.0f}–"
-            f"{1e3 * max(g.jitter_s for _, _, g in pieces):.0f} ms (their refresh period "
-            "moves with the load)",
-        ]
+    if (cfg.use_instant or cfg.use_average) and cfg.power_piece_s:
+        grids, grid_notes, pieces = with_power_pieces(dev, grids, grid_notes, cfg.power_piece_s)
     found = _Grids(dev, grids, grid_notes, buf, pieces)
-    bins = cfg.bins
-    if bins is None and not bin_counts(timeline, cfg.bin_s):
-        bins = False  # no phase long enough to cut
-    first = replace(cfg, bins=bool(bins))
-    if cfg.stall_model is None:
-        res = _auto_stall(found, timeline, device, first)
-    else:
-        res = _attribute(found, timeline, device, first)
-    if bins is not None:
-        return res
-    return _auto_bins(found, timeline, device, cfg, res)
-
-
-def _auto_bins(found: _Grids, timeline: Timeline, device: str, cfg, whole: DeviceAttribution):
-    """The model `whole` chose (stall or plain) with long phases cut into bins; kept where it
-    explains the readings clearly better."""
-    choice = whole.diagnostics.get("stall_model_choice")
-    stall = choice["chosen"] == "stall" if choice else bool(cfg.stall_model)
-    try:
-        binned = _attribute(found, timeline, device, replace(cfg, bins=True, stall_model=stall))
-    except AttributionError as e:
-        whole.notes.append(f"bins not fitted: {e}")
-        return whole
-    r_whole = _dof_rms(whole)
-    r_bins = _dof_rms(binned)
-    covered = binned.diagnostics["rows_per_label"]
-    thin = [
-        b
-        for bins_ in binned.diagnostics["bins"]["members"].values()
-        for b in bins_
-        if covered.get(b, 0) < cfg.min_rows
-    ]
-    keep = binned if r_bins < BIN_KEEP_RATIO * r_whole and not thin else whole
-    if choice is not None:
-        keep.diagnostics["stall_model_choice"] = choice
-    keep.diagnostics["bins_choice"] = {
-        "chosen": keep is binned,
-        "residual_rms_w": {"whole": r_whole, "binned": r_bins},
-        "bins_under_min_rows": thin,
-        "keep_ratio": BIN_KEEP_RATIO,
-        "bin_s": cfg.bin_s,
-    }
-    note = (
-        f"bins: {'kept' if keep is binned else 'not kept'} (residual RMS per degree of freedom "
-        f"{r_whole:.1f} W with one power per phase, {r_bins:.1f} W with long phases cut into ~"
-        f"{1e3 * cfg.bin_s:g} ms bins; bins are kept below {BIN_KEEP_RATIO:g} × the first"
-        + (
-            f", and only where each bin has {cfg.min_rows} intervals: {len(thin)} have fewer"
-            if thin
-            else ""
-        )
-        + ")"
-    )
-    if keep is binned:
-        keep.notes[:] = [n for n in keep.notes if not n.startswith("model: ")]
-        keep.notes += [n for n in whole.notes if n.startswith("model: ")]
-    keep.notes.append(note)
-    return keep
-
-
-def _dof_rms(res: DeviceAttribution) -> float:
-    """The fit's residual RMS per degree of freedom: √(RSS / (rows − fitted columns)), so that
-    a model with more columns is not preferred for fitting noise on a short run."""
-    d = res.diagnostics
-    n, p = d["n_rows"], len(d["fitted_power_w"])
-    return float(d["residual_rms_w"] * np.sqrt(n / max(n - p, 1)))
-
-
-def _auto_stall(found: _Grids, timeline: Timeline, device: str, cfg: RegressionConfig):
-    """Both models; the stall model where it explains the readings clearly better."""
-    plain = _attribute(found, timeline, device, replace(cfg, stall_model=False))
-    try:
-        stall = _attribute(found, timeline, device, replace(cfg, stall_model=True))
-    except AttributionError as e:
-        plain.notes.append(f"stall model not fitted: {e}")
-        return plain
-    r_plain = plain.diagnostics["residual_rms_w"]
-    r_stall = stall.diagnostics["residual_rms_w"]
-    keep = stall if r_stall < STALL_KEEP_RATIO * r_plain else plain
-    choice = {
-        "chosen": "stall" if keep is stall else "plain",
-        "residual_rms_w": {"plain": r_plain, "stall": r_stall},
-        "keep_ratio": STALL_KEEP_RATIO,
-    }
-    keep.diagnostics["stall_model_choice"] = choice
-    keep.notes.append(
-        f"model: {choice['chosen']} (residual RMS {r_plain:.1f} W with one power per phase, "
-        f"{r_stall:.1f} W with work plus host stalls; the stall model is kept below "
-        f"{STALL_KEEP_RATIO:g} × the plain one's)"
-    )
-    return keep
+    return choose_model(lambda c: _attribute(found, timeline, device, c), timeline, cfg)
 
 
 def _attribute(found: _Grids, timeline: Timeline, device: str, cfg: RegressionConfig):

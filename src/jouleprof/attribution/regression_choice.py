@@ -1,0 +1,132 @@
+"""Which regression model a run gets: one power per phase or the stall model, long phases whole
+or cut into bins, each chosen by how well it explains the readings (pure functions of fits).
+
+`choose_model` takes a function that fits the run under a `RegressionConfig` (the grids and
+rows found once, `regression.attribute_regression`) and settles what the config leaves open
+(`stall_model=None`, `bins=None`): the stall model where its residual RMS is below
+STALL_KEEP_RATIO × the plain model's (`attribution.stall`); then, on that model, bins where
+their residual per degree of freedom is below BIN_KEEP_RATIO × the unbinned one's and every
+bin is covered by `min_rows` intervals (`attribution.bins`). Each choice is recorded in the
+result's diagnostics ("stall_model_choice", "bins_choice") and notes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+import numpy as np
+
+from jouleprof.attribution.bins import bin_counts
+from jouleprof.attribution.common import Timeline
+from jouleprof.attribution.regression_config import RegressionConfig
+from jouleprof.attribution.result import DeviceAttribution
+from jouleprof.errors import AttributionError
+
+Fit = Callable[[RegressionConfig], DeviceAttribution]
+"""Fits the run under a config whose stall_model and bins are set."""
+
+BIN_KEEP_RATIO = 0.95
+"""Auto bins: kept when their residual RMS per degree of freedom is below this fraction of the
+unbinned model's. On the H200 V-JEPA2 runs the ratio was 0.70–0.85 (run4–run8, the backward's
+power rising through it); on simulated steps of flat phases ~1 (more columns, the same fit)."""
+
+STALL_KEEP_RATIO = 0.9
+"""Auto stall model: kept when its residual RMS is below this fraction of the plain model's.
+On the H200 V-JEPA2 runs the ratio was 0.74–0.79 (backward −5.3 → −0.4 % of isolation on
+run4); on simulated steps of constant-power phases the stall model fits worse (1.07–1.10)."""
+
+
+def choose_model(fit: Fit, timeline: Timeline, cfg: RegressionConfig) -> DeviceAttribution:
+    """The fit under `cfg`, with the stall model and bins chosen where `cfg` leaves them None."""
+    bins = cfg.bins
+    if bins is None and not bin_counts(timeline, cfg.bin_s):
+        bins = False  # no phase long enough to cut
+    first = replace(cfg, bins=bool(bins))
+    res = _auto_stall(fit, first) if cfg.stall_model is None else fit(first)
+    if bins is not None:
+        return res
+    return _auto_bins(fit, cfg, res)
+
+
+def _auto_bins(fit: Fit, cfg: RegressionConfig, whole: DeviceAttribution) -> DeviceAttribution:
+    """The model `whole` chose (stall or plain) with long phases cut into bins; kept where it
+    explains the readings clearly better."""
+    choice = whole.diagnostics.get("stall_model_choice")
+    stall = choice["chosen"] == "stall" if choice else bool(cfg.stall_model)
+    try:
+        binned = fit(replace(cfg, bins=True, stall_model=stall))
+    except AttributionError as e:
+        whole.notes.append(f"bins not fitted: {e}")
+        return whole
+    r_whole = _dof_rms(whole)
+    r_bins = _dof_rms(binned)
+    covered = binned.diagnostics["rows_per_label"]
+    thin = [
+        b
+        for bins_ in binned.diagnostics["bins"]["members"].values()
+        for b in bins_
+        if covered.get(b, 0) < cfg.min_rows
+    ]
+    keep = binned if r_bins < BIN_KEEP_RATIO * r_whole and not thin else whole
+    if choice is not None:
+        keep.diagnostics["stall_model_choice"] = choice
+    keep.diagnostics["bins_choice"] = {
+        "chosen": keep is binned,
+        "residual_rms_w": {"whole": r_whole, "binned": r_bins},
+        "bins_under_min_rows": thin,
+        "keep_ratio": BIN_KEEP_RATIO,
+        "bin_s": cfg.bin_s,
+    }
+    note = (
+        f"bins: {'kept' if keep is binned else 'not kept'} (residual RMS per degree of freedom "
+        f"{r_whole:.1f} W with one power per phase, {r_bins:.1f} W with long phases cut into ~"
+        f"{1e3 * cfg.bin_s:g} ms bins; bins are kept below {BIN_KEEP_RATIO:g} × the first"
+        + (
+            f", and only where each bin has {cfg.min_rows} intervals: {len(thin)} have fewer"
+            if thin
+            else ""
+        )
+        + ")"
+    )
+    if keep is binned:
+        keep.notes[:] = [n for n in keep.notes if not n.startswith("model: ")]
+        keep.notes += [n for n in whole.notes if n.startswith("model: ")]
+    keep.notes.append(note)
+    return keep
+
+
+def _dof_rms(res: DeviceAttribution) -> float:
+    """The fit's residual RMS per degree of freedom: √(RSS / (rows − fitted columns)), so that
+    a model with more columns is not preferred for fitting noise on a short run."""
+    d = res.diagnostics
+    n, p = d["n_rows"], len(d["fitted_power_w"])
+    return float(d["residual_rms_w"] * np.sqrt(n / max(n - p, 1)))
+
+
+def _auto_stall(fit: Fit, cfg: RegressionConfig) -> DeviceAttribution:
+    """Both models; the stall model where it explains the readings clearly better."""
+    plain = fit(replace(cfg, stall_model=False))
+    try:
+        stall = fit(replace(cfg, stall_model=True))
+    except AttributionError as e:
+        plain.notes.append(f"stall model not fitted: {e}")
+        return plain
+    r_plain = plain.diagnostics["residual_rms_w"]
+    r_stall = stall.diagnostics["residual_rms_w"]
+    keep = stall if r_stall < STALL_KEEP_RATIO * r_plain else plain
+    choice = {
+        "chosen": "stall" if keep is stall else "plain",
+        "residual_rms_w": {"plain": r_plain, "stall": r_stall},
+        "keep_ratio": STALL_KEEP_RATIO,
+    }
+    keep.diagnostics["stall_model_choice"] = choice
+    keep.notes.append(
+        f"model: {choice['chosen']} (residual RMS {r_plain:.1f} W with one power per phase, "
+        f"{r_stall:.1f} W with work plus host stalls; the stall model is kept below "
+        f"{STALL_KEEP_RATIO:g} × the plain one's)"
+    )
+    return keep
+
+
+__all__ = ["BIN_KEEP_RATIO", "STALL_KEEP_RATIO", "Fit", "choose_model"]
