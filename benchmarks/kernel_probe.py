@@ -63,24 +63,21 @@ def main() -> None:
     x = torch.randn(a.n, a.n, device=dev, dtype=torch.bfloat16)
     y = torch.randn(a.n, a.n, device=dev, dtype=torch.bfloat16)
     z = torch.empty_like(x)
-    for _ in range(10):
-        torch.matmul(x, y, out=z)
-    sync()
-    t = time.perf_counter()
-    for _ in range(20):
-        torch.matmul(x, y, out=z)
-    sync()
-    per_mm_s = (time.perf_counter() - t) / 20
-    per_add_s = 0.0
-    if a.gap_load == "memory":
+
+    def seconds_per_call(fn, n: int) -> float:
         for _ in range(10):
-            torch.add(x, y, out=z)
+            fn()
         sync()
         t = time.perf_counter()
-        for _ in range(50):
-            torch.add(x, y, out=z)
+        for _ in range(n):
+            fn()
         sync()
-        per_add_s = (time.perf_counter() - t) / 50
+        return (time.perf_counter() - t) / n
+
+    per_mm_s = seconds_per_call(lambda: torch.matmul(x, y, out=z), 20)
+    per_add_s = 0.0
+    if a.gap_load == "memory":
+        per_add_s = seconds_per_call(lambda: torch.add(x, y, out=z), 50)
     with measure(
         a.out, interval_s=0.005, counter_interval_s=0.1, kind="kernel_probe", **where
     ) as m:

@@ -86,17 +86,14 @@ def split_bins(tl: Timeline, bin_s: float) -> BinSplit:
 
     edges, labels = tl.edges_s, tl.labels
     dur = np.diff(edges)
-    mid = 0.5 * (edges[:-1] + edges[1:])
-    starts = np.array([tl.step_extents_s[s][0] for s in tl.analysed_steps])
-    ends = np.array([tl.step_extents_s[s][1] for s in tl.analysed_steps])
-    step = np.clip(np.searchsorted(starts, mid, side="right") - 1, 0, len(starts) - 1)
-    in_step = (mid >= starts[step]) & (mid <= ends[step])
+    step, in_step = tl.segment_steps()
+    n_steps = len(tl.analysed_steps)
     # Each binned phase's total time in each step, and its time before each segment.
     total: dict[int, np.ndarray] = {}
     before = np.zeros(len(labels))
     for j in binned:
         mine = in_step & (labels == j)
-        total[j] = np.bincount(step[mine], weights=dur[mine], minlength=len(starts))
+        total[j] = np.bincount(step[mine], weights=dur[mine], minlength=n_steps)
         idx = np.flatnonzero(mine)
         cum = np.cumsum(dur[idx])
         first = np.r_[True, step[idx][1:] != step[idx][:-1]]
@@ -131,18 +128,7 @@ def split_bins(tl: Timeline, bin_s: float) -> BinSplit:
                 t = cut
             m += 1
 
-    out = Timeline(
-        np.array(new_edges),
-        np.array(new_labels, dtype=int),
-        names,
-        tl.analysed_steps,
-        tl.warmup_steps,
-        tl.region_s,
-        tl.step_extents_s,
-        runs_s=list(tl.runs_s),
-        counts=dict(tl.counts),
-        inclusive_time_s=dict(tl.inclusive_time_s),
-    )
+    out = tl.relabelled(new_edges, new_labels, names)
     r0, r1 = tl.region_s
     occupied = out.overlap_s(np.array([r0]), np.array([r1]))[0]
     time_s = {k_: v for k_, v in tl.time_s.items() if k_ not in k_of}

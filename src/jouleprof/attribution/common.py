@@ -238,6 +238,33 @@ class Timeline:
         """Total time of the analysed steps (phases and untracked time, not idle)."""
         return sum(v for k, v in self.time_s.items() if k != IDLE)
 
+    def segment_steps(self) -> tuple[np.ndarray, np.ndarray]:
+        """For each segment: the index (into analysed_steps) of the analysed step at or before
+        its middle, and whether the segment lies inside that step."""
+        mid = 0.5 * (self.edges_s[:-1] + self.edges_s[1:])
+        starts = np.array([self.step_extents_s[s][0] for s in self.analysed_steps])
+        ends = np.array([self.step_extents_s[s][1] for s in self.analysed_steps])
+        step = np.clip(np.searchsorted(starts, mid, side="right") - 1, 0, len(starts) - 1)
+        return step, (mid >= starts[step]) & (mid <= ends[step])
+
+    def relabelled(self, edges_s, labels, names: list[str], **fields) -> Timeline:
+        """A timeline of the same steps and region with other segments or names (a phase cut
+        into bins, time shared with a stall column); `fields`: time_s, order, weights, ...
+        (counts and inclusive times are copied unless given)."""
+        fields.setdefault("counts", dict(self.counts))
+        fields.setdefault("inclusive_time_s", dict(self.inclusive_time_s))
+        return Timeline(
+            np.asarray(edges_s, dtype=float),
+            np.asarray(labels, dtype=int),
+            names,
+            self.analysed_steps,
+            self.warmup_steps,
+            self.region_s,
+            self.step_extents_s,
+            runs_s=list(self.runs_s),
+            **fields,
+        )
+
     @property
     def in_step_labels(self) -> list[str]:
         return [n for n in self.order if n != IDLE]

@@ -77,16 +77,12 @@ def split_stalls(tl: Timeline, quantile: float = 0.05) -> StallSplit:
     weights = np.zeros((n_seg, len(names)))
     weights[np.arange(n_seg), tl.labels] = 1.0
     dur = np.diff(tl.edges_s)
-    mid = 0.5 * (tl.edges_s[:-1] + tl.edges_s[1:])
-    starts = np.array([tl.step_extents_s[s][0] for s in tl.analysed_steps])
-    ends = np.array([tl.step_extents_s[s][1] for s in tl.analysed_steps])
-    k = np.clip(np.searchsorted(starts, mid, side="right") - 1, 0, len(starts) - 1)
-    in_step = (mid >= starts[k]) & (mid <= ends[k])
+    k, in_step = tl.segment_steps()
     skip = {IDLE, UNTRACKED, *EXCLUDED}
     work_s: dict[str, float] = {}
     stall_s: dict[str, float] = {}
     ref_s: dict[str, float] = {}
-    n_steps = len(starts)
+    n_steps = len(tl.analysed_steps)
     for j, name in enumerate(tl.names):
         if name in skip:
             continue
@@ -103,18 +99,11 @@ def split_stalls(tl: Timeline, quantile: float = 0.05) -> StallSplit:
         work_s[name] = float(np.sum(dur[mine] * frac))
         stall_s[name] = float(np.sum(dur[mine] * (1.0 - frac)))
         ref_s[name] = ref
-    split = Timeline(
+    split = tl.relabelled(
         tl.edges_s,
         tl.labels,
         names,
-        tl.analysed_steps,
-        tl.warmup_steps,
-        tl.region_s,
-        tl.step_extents_s,
-        runs_s=list(tl.runs_s),
         time_s={**tl.time_s, **work_s, STALL: float(sum(stall_s.values()))},
-        counts=dict(tl.counts),
-        inclusive_time_s=dict(tl.inclusive_time_s),
         order=list(tl.order),
         weights=weights,
     )
