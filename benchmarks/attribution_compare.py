@@ -72,7 +72,8 @@ def replay_times(run_dir: Path) -> dict[str, float]:
     p = run_dir / "isolation_windows.csv"
     if not p.is_file():
         return {}
-    w = pd.read_csv(p).set_index("replay")["time_per_call_s"].to_dict()
+    # Repeated loops of one replay (`--isolation-repeats`): their mean time per call.
+    w = pd.read_csv(p).groupby("replay")["time_per_call_s"].mean().to_dict()
     out = {k: float(v) for k, v in w.items() if k in ("forward", "optimizer", "ema")}
     if "forward+backward" in w and "forward" in w:
         out["backward"] = float(w["forward+backward"] - w["forward"])

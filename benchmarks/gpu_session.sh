@@ -57,7 +57,7 @@ attr() {
   rm -rf /tmp/attr_vith_b8
   # One GPU, seen alone: on a two-GPU machine the idle one must not enter the figures.
   CUDA_VISIBLE_DEVICES=${ATTR_GPU:-0} $JP profile vjepa2 --preset "${PRESET:-vit_huge}" --batch-size "${BATCH:-8}" --mode fine \
-      --duration-s "${ATTR_S:-30}" --isolation-s "${ISO_S:-6}" --overhead-pairs "${OV_PAIRS:-150}" --overhead-block-steps 1 \
+      --duration-s "${ATTR_S:-30}" --isolation-s "${ISO_S:-6}" --isolation-repeats "${ISO_REPEATS:-1}" --overhead-pairs "${OV_PAIRS:-150}" --overhead-block-steps 1 \
       --num-workers "${WORKERS:-12}" --fixed-batch ${ATTR_FLAGS:-} --out /tmp/attr_vith_b8 2>&1 | tail -30
   python3 benchmarks/attribution_compare.py /tmp/attr_vith_b8 --json /tmp/attr_vith_b8/compare.json
   tar czf "$OUT/attr_vith_b8.tar.gz" -C /tmp attr_vith_b8

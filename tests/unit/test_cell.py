@@ -292,14 +292,14 @@ def test_an_e2e_cell_reads_the_counter_in_the_segments_last_half_second(tmp_path
 
 def test_fine_cell_with_isolation_records_every_replay_including_the_step_without_ema(tmp_path):
     out = tmp_path / "cell"
-    run_cell(_tiny(mode="fine", steps=2, gpus=None, isolation_s=0.05), out)
+    run_cell(_tiny(mode="fine", steps=2, gpus=None, isolation_s=0.05, isolation_repeats=2), out)
     rows = (out / "isolation_windows.csv").read_text().splitlines()
     assert rows[0].startswith("replay,n_calls,t0_s,t1_s")
     replays = [line.split(",")[0] for line in rows[1:]]
-    # The in-place optimizer's loop runs last, after the loops the main system uses.
-    assert replays == ["forward", "forward+backward", "optimizer", "ema"] + [
-        "forward+backward+optimizer"
-    ]
+    # The in-place optimizer's loop runs last, after the loops the main system uses; with
+    # two rounds, the second round follows the first.
+    one_round = ["forward", "forward+backward", "optimizer", "ema", "forward+backward+optimizer"]
+    assert replays == one_round * 2
     assert all(int(line.split(",")[1]) >= 3 for line in rows[1:])  # min_calls
     rec = RunDir(out).read_record()
     assert rec.status.value == "complete"

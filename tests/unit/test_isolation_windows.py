@@ -65,3 +65,26 @@ def test_min_calls_and_bad_input(tmp_path):
     (tmp_path / ISOLATION_CSV).write_text("replay,n_calls\nx,1\n")
     with pytest.raises(ValueError, match="lacks the columns"):
         read_isolation_windows(tmp_path)
+
+
+def test_repeats_interleave_the_replays_and_the_reference_averages_them(tmp_path):
+    from jouleprof.attribution.isolation import IsolationResult, per_call_energies
+
+    clock = ManualClock()
+    cfg = IsolationConfig(duration_s=1.0, warmup_s=0.0, gap_s=0.0, repeats=2)
+    windows = run_isolation(
+        {"forward": lambda: clock.advance_s(0.1), "optimizer": lambda: clock.advance_s(0.01)},
+        clock,
+        out_dir=tmp_path,
+        config=cfg,
+    )
+    assert [w.replay for w in windows] == ["forward", "optimizer", "forward", "optimizer"]
+    assert read_isolation_windows(tmp_path) == windows
+    # Two loops of one replay drawing 100 and 110 J a call: the reference is their mean.
+    loops = [
+        IsolationResult("forward", 10, 1.0, 1000.0, 990.0, 1010.0),
+        IsolationResult("forward", 10, 1.0, 1100.0, 1090.0, 1110.0),
+    ]
+    assert per_call_energies(loops)["forward"].energy_j == pytest.approx(105.0)
+    with pytest.raises(ValueError, match="repeats"):
+        IsolationConfig(repeats=0)

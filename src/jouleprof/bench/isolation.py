@@ -51,6 +51,11 @@ class IsolationConfig:
     """Least calls in a window, however long a call takes."""
     gap_s: float = 0.5
     """Idle time between windows, so that a window's edges are not smeared by the last."""
+    repeats: int = 1
+    """Rounds over all the replays (each replay's loops interleaved with the others'): the
+    reference then averages over the device's drift between loops. On the H200 the optimizer
+    replayed alone drew 2.95, 3.15 and 3.14 J a call in three runs, 6 s a loop
+    (benchmarks/results/attr_vith_b8, run6–run8)."""
 
     def __post_init__(self) -> None:
         if not self.duration_s > 0:
@@ -61,6 +66,8 @@ class IsolationConfig:
             raise ValueError(f"min_calls must be ≥ 1, got {self.min_calls}")
         if self.gap_s < 0:
             raise ValueError(f"gap_s must be ≥ 0, got {self.gap_s}")
+        if self.repeats < 1:
+            raise ValueError(f"repeats must be ≥ 1, got {self.repeats}")
 
 
 def default_synchronize() -> Callable[[], None]:
@@ -94,7 +101,7 @@ def run_isolation(
             use, else nothing.
 
     Returns:
-        One window per replay, in the order given.
+        One window per replay and round (`config.repeats`), in the order run.
     """
     if not replays:
         raise ValueError("run_isolation needs at least one replay")
@@ -102,7 +109,8 @@ def run_isolation(
     sync = synchronize or default_synchronize()
     path = Path(out_dir) / ISOLATION_CSV if out_dir is not None else None
     windows: list[IsolationWindow] = []
-    for i, (name, fn) in enumerate(replays.items()):
+    rounds = [item for _ in range(cfg.repeats) for item in replays.items()]
+    for i, (name, fn) in enumerate(rounds):
         if i and cfg.gap_s > 0:
             clock.sleep_s(cfg.gap_s)
         log.info(

@@ -65,6 +65,8 @@ class CellConfig:
     """Steps per overhead block."""
     isolation_s: float = 0.0
     """Fine mode: > 0 replays each phase alone for this long (the attribution reference)."""
+    isolation_repeats: int = 1
+    """Rounds of the isolation replays, interleaved (`IsolationConfig.repeats`)."""
     fixed_batch: bool = False
     """Train the measured segment on one batch over and over (identical work every step), for
     attribution benchmarks: a workload whose steps vary (V-JEPA2's masks change the context
@@ -97,6 +99,8 @@ class CellConfig:
             )
         if self.isolation_s < 0:
             raise ValueError(f"isolation_s must be ≥ 0, got {self.isolation_s}")
+        if self.isolation_repeats < 1:
+            raise ValueError(f"isolation_repeats must be ≥ 1, got {self.isolation_repeats}")
         if self.mode != "fine" and (self.overhead_pairs or self.isolation_s):
             raise ValueError("overhead_pairs and isolation_s need mode 'fine'")
 
@@ -416,7 +420,9 @@ def _segments(cfg: CellConfig, session, m, marker, recorder, steps_log: _StepLog
         from jouleprof.bench.isolation import IsolationConfig, run_isolation_in
 
         windows = run_isolation_in(
-            m, session.replays(), IsolationConfig(duration_s=cfg.isolation_s)
+            m,
+            session.replays(),
+            IsolationConfig(duration_s=cfg.isolation_s, repeats=cfg.isolation_repeats),
         )
         rec.extra["isolation_windows"] = [w.row() for w in windows]
         lap("isolation")

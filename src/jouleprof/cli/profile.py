@@ -40,6 +40,14 @@ def profile_cmd(
     isolation_s: Annotated[
         float, typer.Option(help="Fine mode: seconds to replay each phase alone (0: skip).")
     ] = 0.0,
+    isolation_repeats: Annotated[
+        int,
+        typer.Option(
+            help="Fine mode: rounds over the isolation replays, interleaved, so the reference "
+            "averages over the GPU's drift between loops.",
+            min=1,
+        ),
+    ] = 1,
     fixed_batch: Annotated[
         bool,
         typer.Option(
@@ -101,6 +109,7 @@ def profile_cmd(
             overhead_pairs=overhead_pairs if fine else 0,
             overhead_block_steps=overhead_block_steps,
             isolation_s=isolation_s if fine else 0.0,
+            isolation_repeats=isolation_repeats,
             fixed_batch=fixed_batch,
             power_buffer=power_buffer,
             gpus=parse_gpus(gpus),
