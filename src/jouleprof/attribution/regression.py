@@ -372,7 +372,7 @@ def attribute_regression(
             "power fields read every ~20-50 ms (use --method proportional for this run)"
         )
     pieces = None
-    if (cfg.use_instant or cfg.use_average) and cfg.power_piece_s:
+    if cfg.use_instant and cfg.power_piece_s:  # pieces place the instant rows only
         grids, grid_notes, pieces = with_power_pieces(dev, grids, grid_notes, cfg.power_piece_s)
     found = _Grids(dev, grids, grid_notes, buf, pieces)
     return choose_model(lambda c: _attribute(found, timeline, device, c), timeline, cfg)
