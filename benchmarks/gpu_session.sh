@@ -6,6 +6,8 @@
 #   bash benchmarks/gpu_session.sh alone   # one GPU, host to itself: attr, replay, kernel probe, sampler cost, GPU tests
 #   bash benchmarks/gpu_session.sh replay  # replayed forward+backward vs the same inside steps (CUDA events)
 #   bash benchmarks/gpu_session.sh attr    # V-JEPA2 vit_huge fine run: overhead + 3 attribution methods
+#                                          (ATTR_S seconds measured, ISO_S a loop, ISO_REPEATS rounds)
+#   bash benchmarks/gpu_session.sh tests   # the whole GPU test suite (~2 min)
 #   bash benchmarks/gpu_session.sh par     # two GPUs: study on GPU 1 beside sampler cost + attr on GPU 0, then both
 #                                          (attr then shares the host with a study cell: use `alone` for its figures)
 #   bash benchmarks/gpu_session.sh cells   # fresh cells (default batch 8 and 64, 1 rep): where a cell's time goes
@@ -197,6 +199,7 @@ case "${1:-}" in
     ATTR_S=${ATTR_S:-240} ATTR_FLAGS=${ATTR_FLAGS---power-buffer} attr; echo "--- $(elapsed) s"
     if [ "$(elapsed)" -lt "${TESTS_BY_S:-430}" ]; then gpu_tests; echo "--- $(elapsed) s"; fi
     if [ "$(elapsed)" -lt "${PROBE_BY_S:-510}" ]; then PROBE_GAP=memory kernel_probe; fi ;;
+  tests) stamp tests; gpu_tests ;;
   s6c)
     # Session 6's second call (~8 min): attribution run7, run6 repeated at the commit whose
     # regression cuts long phases into bins, then the busy→busy kernel probe.
@@ -208,6 +211,6 @@ case "${1:-}" in
     [ -n "${SKIP_PROBE:-}" ] || { PROBE_GAP=memory kernel_probe; echo "--- $(elapsed) s"; }
     options_twice ;;
   study) stamp study; study ;;
-  *) echo "usage: $0 core|first|par|alone|replay|cells|options|probe|sampler|next|verify|diag|attr|s6a|s6b|s6c|study" >&2; exit 2 ;;
+  *) echo "usage: $0 core|first|par|alone|replay|cells|options|probe|sampler|next|verify|diag|attr|tests|s6a|s6b|s6c|study" >&2; exit 2 ;;
 esac
 echo "=== done in $(elapsed) s"
