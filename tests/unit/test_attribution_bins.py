@@ -72,10 +72,10 @@ PHASES = [
 ]
 
 
-@pytest.fixture(scope="module")
-def uneven_run(tmp_path_factory):
-    d = tmp_path_factory.mktemp("uneven")
-    run = simulate_training(PHASES, 500, seed=0, span_noise_s=20e-6)
+def _uneven_dir(d, seed: int) -> dict[str, float]:
+    """An uneven run (PHASES, 500 steps) in `d`, its backward recorded as one phase; the true
+    energy of each recorded phase."""
+    run = simulate_training(PHASES, 500, seed=seed, span_noise_s=20e-6)
     run.samples_frame().to_csv(d / "samples.csv", index=False)
     sp = run.spans_frame()
     lo = sp[sp["phase"] == "bwd_lo"].set_index("step")
@@ -86,7 +86,34 @@ def uneven_run(tmp_path_factory):
     spans.to_csv(d / "spans.csv", index=False)
     truth = dict(run.true_energy_j)
     truth["backward"] = truth.pop("bwd_lo") + truth.pop("bwd_hi")
-    return d, truth
+    return truth
+
+
+@pytest.fixture(scope="module")
+def uneven_run(tmp_path_factory):
+    d = tmp_path_factory.mktemp("uneven")
+    return d, _uneven_dir(d, 0)
+
+
+def test_the_bin_length_check_puts_the_short_phases_inside_their_intervals(tmp_path):
+    # Seeds where, before the check, the optimizer or the EMA missed its interval: a bin
+    # straddling the backward's power step biases them in a way the bootstrap cannot see.
+    missed = 0
+    for seed in (2, 6, 11):
+        d = tmp_path / str(seed)
+        d.mkdir()
+        truth = _uneven_dir(d, seed)
+        plain = attribute(d, "regression", None, 0, bin_resolution_check=False).devices[0]
+        checked = attribute(d, "regression", None, 0).devices[0]
+        for name in ("optimizer", "ema"):
+            p = next(r for r in plain.phases if r.phase == name)
+            missed += not (p.energy_lo_j <= truth[name] <= p.energy_hi_j)
+            c = next(r for r in checked.phases if r.phase == name)
+            assert c.energy_j == pytest.approx(p.energy_j)  # the estimate stays
+            assert c.energy_lo_j <= truth[name] <= c.energy_hi_j, (seed, name)
+            assert "bins of 25 ms move it" in c.note
+        assert "length_check" in checked.diagnostics["bins"]
+    assert missed >= 3
 
 
 def _errors(res, truth):

@@ -97,6 +97,10 @@ class RegressionConfig:
     power (`attribution.bins`): for long phases whose power is not flat, which otherwise
     bias the short phases beside them. None: fit with and without, and keep the bins where
     they lower the residual RMS below BIN_KEEP_RATIO of the unbinned model's."""
+    bin_resolution_check: bool = True
+    """Where bins are used, fit again with bins twice as long and widen each phase's interval
+    by how much that moves it (`regression_choice`): the bootstrap cannot see a bin whose
+    power is not flat either."""
     bin_s: float = 0.0125
     """Target length of a bin: a phase gets round(time per step / bin_s) bins (≥ 2 to be cut).
     On a simulated backward whose power steps from 380 to 680 W halfway, 25 ms bins (one
