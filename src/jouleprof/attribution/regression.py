@@ -36,8 +36,9 @@ How the fit stays unbiased and its interval honest:
 4. The confidence interval is a moving-block bootstrap over the rows in time order (`bootstrap`:
    blocks of `block_s` keep the correlation of neighbouring rows, which share refresh edges),
    widened by what the bootstrap cannot see: the remaining uncertainty of σ and of the
-   placement. It is never narrower than ±`min_rel_halfwidth` (0.1 %), and is widened further
-   when the steps run in lockstep with the sensor.
+   placement, and, where long phases are cut into bins, how far bins twice as long move each
+   phase (`regression_choice`). It is never narrower than ±`min_rel_halfwidth` (0.1 %), and
+   is widened further when the steps run in lockstep with the sensor.
 
 Assumptions, stated so a user can judge a result:
 

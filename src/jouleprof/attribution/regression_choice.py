@@ -94,6 +94,18 @@ def _widen_by_bin_length(
         note += f" move it {pct_text(100 * d / p.energy_j)}%)" if d > 0 else " agree)"
         phases.append(replace(p, energy_lo_j=max(lo, 0.0), energy_hi_j=hi, note=note))
     res.phases[:] = phases
+    rel = {
+        n: 100 * d / e
+        for n, d in moved.items()
+        for p in res.phases
+        if p.phase == n and (e := p.energy_j or 0.0) > 0
+    }
+    if rel:
+        most = max(rel, key=rel.get)
+        res.notes.append(
+            f"bin length: bins of {2e3 * cfg.bin_s:g} ms move the phases by up to "
+            f"{pct_text(rel[most])}% ({most}); each interval is widened by its own move"
+        )
     res.diagnostics["bins"]["length_check"] = {
         "bin_s": 2 * cfg.bin_s,
         "moved_j": moved,
