@@ -40,10 +40,13 @@ class BinSplit:
 
     def expand(self, names) -> list[str]:
         """`names` with every binned phase replaced by its bins."""
-        out: list[str] = []
-        for n in names:
-            out += self.members.get(n, [n])
-        return out
+        return expand(self.members, names)
+
+
+def expand(members: dict[str, list[str]], names) -> list[str]:
+    """`names` with every phase that is a key of `members` (binned phase → its bins) replaced
+    by its bins."""
+    return [m for n in names for m in members.get(n, [n])]
 
 
 def bin_counts(tl: Timeline, bin_s: float) -> dict[str, int]:
@@ -146,4 +149,4 @@ def split_bins(tl: Timeline, bin_s: float) -> BinSplit:
     return BinSplit(out, members)
 
 
-__all__ = ["BIN_SEP", "BinSplit", "bin_counts", "split_bins"]
+__all__ = ["BIN_SEP", "BinSplit", "bin_counts", "expand", "split_bins"]

@@ -78,7 +78,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from jouleprof.attribution.bins import split_bins
+from jouleprof.attribution.bins import expand, split_bins
 from jouleprof.attribution.bootstrap import block_bootstrap
 from jouleprof.attribution.common import EXCLUDED, Timeline
 from jouleprof.attribution.grid import JitterGrid, device_grids, with_power_pieces
@@ -182,8 +182,8 @@ def _fit_pass(
         instant=None if pieces else instant,
         average=(cfg.average_window_s, cfg.average_weight) if cfg.use_average else None,
     )
+    t = dev["t_s"].to_numpy(float)
     for a_s, b_s, g in pieces or ():
-        t = dev["t_s"].to_numpy(float)
         try:
             part = sensor_rows(
                 dev[(t >= a_s) & (t <= b_s)],
@@ -195,7 +195,6 @@ def _fit_pass(
             continue  # a stretch with no usable instant reading
         rows = merge_rows(rows, part)
     if buffer is not None:
-        t = dev["t_s"].to_numpy(float)
         rows = merge_rows(
             rows,
             buffer_rows(
@@ -567,16 +566,12 @@ def _attribute(found: _Grids, timeline: Timeline, device: str, cfg: RegressionCo
             f"its grid shifted {1e3 * theta[0]:+.2f} ms (prior σ {1e3 * f.prior_sd[0]:.2f} ms)"
         )
     if members:
-        diagnostics["bins"] = {
-            "bin_s": cfg.bin_s,
-            "members": members,
-            "energy_per_step_j": {
-                b: float(power[terms([b])[0]] @ terms([b])[1] / reported.n_steps)
-                for bins_ in members.values()
-                for b in bins_
-                if b in col_of
-            },
-        }
+        bin_j: dict[str, float] = {}
+        for b in expand(members, members):
+            if b in col_of:
+                idx, t_s = terms([b])
+                bin_j[b] = float(power[idx] @ t_s / reported.n_steps)
+        diagnostics["bins"] = {"bin_s": cfg.bin_s, "members": members, "energy_per_step_j": bin_j}
         notes.append(
             "bins: "
             + ", ".join(f"{n} in {len(b)}" for n, b in members.items())

@@ -63,14 +63,14 @@ def _widen_by_bin_length(
     power steps halfway through, the 6 ms optimizer after it fell outside its interval in 2 of
     12 seeds and the EMA in 3 (tests/unit/test_attribution_bins.py); twice-as-long bins moved
     them by about as much as they missed."""
-    stall = bool(res.diagnostics.get("stall"))
     try:
-        coarse = fit(replace(cfg, bins=True, stall_model=stall, bin_s=2 * cfg.bin_s))
+        coarse = fit(replace(cfg, bins=True, stall_model=_uses_stall(res), bin_s=2 * cfg.bin_s))
     except AttributionError as e:
         res.notes.append(f"bin length not checked: {e}")
         return res
     other = {p.phase: p.energy_j for p in coarse.phases}
     moved: dict[str, float] = {}
+    moved_pct: dict[str, float] = {}  # of the phases still resolved
     phases = []
     for p in res.phases:
         e2 = other.get(p.phase)
@@ -89,22 +89,17 @@ def _widen_by_bin_length(
             )
             phases.append(unresolved(p.phase, p.time_s, p.n_steps, p.method, why, p.device))
             continue
+        moved_pct[p.phase] = 100 * d / p.energy_j
         half = 50 * (hi - lo) / p.energy_j
         note = p.note.split("; ±")[0] + f"; ±{pct_text(half)}% (bins of {2e3 * cfg.bin_s:g} ms"
-        note += f" move it {pct_text(100 * d / p.energy_j)}%)" if d > 0 else " agree)"
+        note += f" move it {pct_text(moved_pct[p.phase])}%)" if d > 0 else " agree)"
         phases.append(replace(p, energy_lo_j=max(lo, 0.0), energy_hi_j=hi, note=note))
     res.phases[:] = phases
-    rel = {
-        n: 100 * d / e
-        for n, d in moved.items()
-        for p in res.phases
-        if p.phase == n and (e := p.energy_j or 0.0) > 0
-    }
-    if rel:
-        most = max(rel, key=rel.get)
+    if moved_pct:
+        most = max(moved_pct, key=moved_pct.get)
         res.notes.append(
             f"bin length: bins of {2e3 * cfg.bin_s:g} ms move the phases by up to "
-            f"{pct_text(rel[most])}% ({most}); each interval is widened by its own move"
+            f"{pct_text(moved_pct[most])}% ({most}); each interval is widened by its own move"
         )
     res.diagnostics["bins"]["length_check"] = {
         "bin_s": 2 * cfg.bin_s,
@@ -117,9 +112,8 @@ def _auto_bins(fit: Fit, cfg: RegressionConfig, whole: DeviceAttribution) -> Dev
     """The model `whole` chose (stall or plain) with long phases cut into bins; kept where it
     explains the readings clearly better."""
     choice = whole.diagnostics.get("stall_model_choice")
-    stall = choice["chosen"] == "stall" if choice else bool(cfg.stall_model)
     try:
-        binned = fit(replace(cfg, bins=True, stall_model=stall))
+        binned = fit(replace(cfg, bins=True, stall_model=_uses_stall(whole)))
     except AttributionError as e:
         whole.notes.append(f"bins not fitted: {e}")
         return whole
@@ -153,11 +147,15 @@ def _auto_bins(fit: Fit, cfg: RegressionConfig, whole: DeviceAttribution) -> Dev
         )
         + ")"
     )
-    if keep is binned:
-        keep.notes[:] = [n for n in keep.notes if not n.startswith("model: ")]
+    if keep is binned:  # the stall choice's note (the binned fit was told its model)
         keep.notes += [n for n in whole.notes if n.startswith("model: ")]
     keep.notes.append(note)
     return keep
+
+
+def _uses_stall(res: DeviceAttribution) -> bool:
+    """Whether `res` was fitted with the stall model (its diagnostics hold the stall column)."""
+    return bool(res.diagnostics.get("stall"))
 
 
 def _dof_rms(res: DeviceAttribution) -> float:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.stats import norm
 
+from jouleprof.attribution.bins import expand
 from jouleprof.attribution.common import IDLE, Timeline
 from jouleprof.attribution.result import PhaseResult, pct_text, unresolved
 from jouleprof.attribution.stall import StallSplit
@@ -43,21 +44,17 @@ def _terms(timeline: Timeline, split: StallSplit | None, col_of: dict[str, int],
     column over its stall time. `members` (a binned phase → its bins, `attribution.bins`)
     puts a phase's bins in its place; `timeline` is the one the fit's labels come from."""
     members = members or {}
-
-    def expand(names):
-        return [m for n in names for m in members.get(n, [n])]
-
     if split is not None:
-        return lambda names: split.terms(expand(names), col_of)
+        return lambda names: split.terms(expand(members, names), col_of)
     return lambda names: (
-        [col_of[n] for n in expand(names)],
-        np.array([timeline.time_s.get(n, 0.0) for n in expand(names)]),
+        [col_of[n] for n in expand(members, names)],
+        np.array([timeline.time_s.get(n, 0.0) for n in expand(members, names)]),
     )
 
 
 def _fitted(name: str, col_of: dict[str, int], members) -> bool:
     """Whether every column making `name` (itself, or its bins) was fitted."""
-    return all(m in col_of for m in (members or {}).get(name, [name]))
+    return all(m in col_of for m in expand(members or {}, [name]))
 
 
 def _phase_results(
@@ -100,7 +97,7 @@ def _phase_results(
             why = "no sensor interval overlaps it"
             results.append(unresolved(name, time_s, n_steps, METHOD, why, device))
             continue
-        labels = members.get(name, [name])
+        labels = expand(members, [name])
         n_cover = max(int(cover[cols[col_of[m]]]) for m in labels)  # a bound on the union
         idx, t = terms([name])
         e, lo, hi = _energy_interval(power, boot, sens_w, idx, t, cfg, widen)
