@@ -479,7 +479,11 @@ def test_run_notes_say_which_regression_model_was_chosen():
 
     rec = RunRecord(run_id="r", kind="cell", status=RunStatus.COMPLETE)
     choice = {"chosen": "stall", "residual_rms_w": {"plain": 53.7, "stall": 42.6}}
-    rec.extra["attribution"] = {"regression": {"ok": True, "model": {"gpu0": choice}}}
+    bins = {"chosen": True, "residual_rms_w": {"whole": 42.9, "binned": 30.2}, "bin_s": 0.0125}
+    rec.extra["attribution"] = {
+        "regression": {"ok": True, "model": {"gpu0": choice}, "bins": {"gpu0": bins}}
+    }
     notes = run_notes(rec)
     assert any("gpu0: phase energy by regression with the stall model" in n for n in notes)
     assert any("53.7 W with one power per phase, 42.6 W" in n for n in notes)
+    assert any("gpu0: long phases cut into ~12.5 ms bins" in n and "30.2 W" in n for n in notes)

@@ -188,13 +188,13 @@ def attribute_cell(rd: RunDir) -> dict[str, Any]:
         status[method] = {"ok": True}
         if method == "regression":
             rd.write_phases(df)  # phases.csv is the regression's
-            choices = {
-                d.device: d.diagnostics["stall_model_choice"]
-                for d in res.devices
-                if "stall_model_choice" in d.diagnostics
-            }
-            if choices:
-                status[method]["model"] = choices
+            # Which model each device's figures come from (`attribution.regression_choice`).
+            for key, diag in (("model", "stall_model_choice"), ("bins", "bins_choice")):
+                choices = {
+                    d.device: d.diagnostics[diag] for d in res.devices if diag in d.diagnostics
+                }
+                if choices:
+                    status[method][key] = choices
     return status
 
 

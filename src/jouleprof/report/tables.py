@@ -449,6 +449,18 @@ def run_notes(record: RunRecord) -> list[str]:
                 f"(residual RMS {res.get('plain', float('nan')):.1f} W with one power per "
                 f"phase, {res.get('stall', float('nan')):.1f} W with work plus host stalls)"
             )
+        for device, ch in (st.get("bins") or {}).items():
+            res = ch.get("residual_rms_w") or {}
+            how = (
+                f"cut into ~{1e3 * ch.get('bin_s', float('nan')):g} ms bins"
+                if ch.get("chosen")
+                else "kept whole"
+            )
+            notes.append(
+                f"{device}: long phases {how} (residual RMS per degree of freedom "
+                f"{res.get('whole', float('nan')):.1f} W whole, "
+                f"{res.get('binned', float('nan')):.1f} W in bins)"
+            )
     if isinstance(ex.get("attribution"), dict) and ex["attribution"].get("reason"):
         notes.append(f"no phase attribution: {ex['attribution']['reason']}")
     for err in (ex.get("sampler") or {}).get("errors") or []:
