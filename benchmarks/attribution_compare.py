@@ -38,6 +38,7 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 METHODS = ("proportional", "regression", "isolation")
@@ -50,7 +51,8 @@ DEVICE = "gpu0"
 def per_step(run_dir: Path, method: str, name: str | None = None) -> pd.DataFrame | None:
     """Energy (with bounds) and time per step of each top-level phase: a parent's own share
     plus its children's ("forward" = "forward" + "forward/target" + "forward/context"), from
-    `name` in `run_dir` (default phases_{method}.csv)."""
+    `name` in `run_dir` (default phases_{method}.csv). The bounds are summed (the widest the
+    parts allow); `half_width_j` is the parts' half-widths in quadrature."""
     p = run_dir / (name or f"phases_{method}.csv")
     if not p.is_file():
         return None
@@ -63,8 +65,11 @@ def per_step(run_dir: Path, method: str, name: str | None = None) -> pd.DataFram
     df["energy_per_step_j"] = df["energy_j"] / steps
     df["lo_per_step_j"] = df["energy_lo_j"] / steps
     df["hi_per_step_j"] = df["energy_hi_j"] / steps
-    cols = ["energy_per_step_j", "lo_per_step_j", "hi_per_step_j", "time_per_step_s"]
-    return df.groupby("top")[cols].sum(min_count=1)
+    df["hw2"] = ((df["hi_per_step_j"] - df["lo_per_step_j"]) / 2) ** 2
+    cols = ["energy_per_step_j", "lo_per_step_j", "hi_per_step_j", "time_per_step_s", "hw2"]
+    out = df.groupby("top")[cols].sum(min_count=1)
+    out["half_width_j"] = np.sqrt(out.pop("hw2"))
+    return out
 
 
 def replay_times(run_dir: Path) -> dict[str, float]:

@@ -30,24 +30,9 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from attribution_compare import per_step
 
 Z95 = 1.959964
-
-
-def _per_step(path: Path) -> pd.DataFrame:
-    """Energy per step and its 95 % half-width per top-level phase, from a phases file."""
-    df = pd.read_csv(path)
-    if "device" in df.columns:
-        df = df[df["device"].astype(str) == "gpu0"]
-    df = df[~df["phase"].astype(str).str.contains(r"\+|^(?:total|idle|untracked)$", regex=True)]
-    df = df.copy()
-    df["top"] = df["phase"].astype(str).str.split("/").str[0]
-    steps = df["time_s"] / df["time_per_step_s"]
-    df["e"] = df["energy_j"] / steps
-    df["hw2"] = ((df["energy_hi_j"] - df["energy_lo_j"]) / 2 / steps) ** 2
-    g = df.groupby("top").agg(e=("e", lambda x: x.sum(min_count=1)), hw2=("hw2", "sum"))
-    g["half_width_j"] = np.sqrt(g["hw2"])
-    return g[["e", "half_width_j"]].rename(columns={"e": "energy_j"})
 
 
 def run_differences(run: Path, regression: str | None = None) -> dict[str, dict]:
@@ -57,13 +42,13 @@ def run_differences(run: Path, regression: str | None = None) -> dict[str, dict]
         if (run / "phases_regression_auto.csv").is_file()
         else "phases_regression.csv"
     )
-    reg, iso = _per_step(run / name), _per_step(run / "phases_isolation.csv")
+    reg, iso = per_step(run, "regression", name), per_step(run, "isolation")
     out = {}
     for phase in iso.index:
-        ref = iso.loc[phase, "energy_j"]
+        ref = iso.loc[phase, "energy_per_step_j"]
         if phase not in reg.index or pd.isna(ref) or not ref > 0:
             continue
-        e, hw = reg.loc[phase, "energy_j"], reg.loc[phase, "half_width_j"]
+        e, hw = reg.loc[phase, "energy_per_step_j"], reg.loc[phase, "half_width_j"]
         if pd.isna(e) or pd.isna(hw) or not hw > 0:
             continue  # unresolved in this run
         out[phase] = {
