@@ -43,6 +43,9 @@ from jouleprof.attribution.grid import device_grids
 from jouleprof.attribution.kernels import counter_delays
 from jouleprof.attribution.placement import delayed_fractions
 from jouleprof.attribution.rows import COUNTER, sensor_rows
+from jouleprof.sensors.refresh import (
+    _inconsistency,  # the gap-contradiction count the grid fit uses
+)
 
 REACH_S = 0.25
 """Rows whose interval less this much touches excluded time are left out (every kernel of
@@ -84,8 +87,7 @@ def grid_window_ms(samples: pd.DataFrame, device: str, period_s: float, step_ms:
     t, v = e["t_s"].to_numpy(float), e["energy_j"].to_numpy(float)
     changed = np.diff(v) > 0
     offs = np.arange(0.0, period_s, step_ms / 1e3)
-    n = np.floor((t[1:, None] - offs) / period_s) - np.floor((t[:-1, None] - offs) / period_s)
-    bad = ((n >= 1) != changed[:, None]).sum(axis=0)
+    bad = _inconsistency(t[:-1], t[1:], changed, period_s, offs)
     ok = offs[bad == bad.min()]
     # The window may wrap around the period: report it around its middle.
     if len(ok) > 1 and ok[-1] - ok[0] > period_s / 2:
