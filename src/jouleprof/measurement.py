@@ -71,8 +71,8 @@ class MeasureConfig:
     """What produced the run, written to run.json."""
     power_buffer: bool = False
     """Also copy NVML's power-sample buffer (~20 ms samples) to power_buffer.csv, read once a
-    second (`sensors.nvml_buffer`): recorded for analysis; no default figure uses it (phase
-    regression takes it as rows on request: `RegressionConfig.use_buffer`)."""
+    second (`sensors.nvml_buffer`). The phase regression takes it as rows wherever it was
+    recorded (`RegressionConfig.use_buffer`); fine mode records it."""
     simulate_gpu_w: float | None = None
     """Testing aid: also measure a simulated GPU ("sim0") drawing this constant power through
     the realistic sensor model, so the whole path can be exercised on a machine without a GPU."""

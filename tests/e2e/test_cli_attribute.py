@@ -53,9 +53,18 @@ def sim() -> SimulatedRun:
 
 def test_regression_json_and_phases_csv(tmp_path, sim):
     d = write_run(tmp_path / "run", sim)
-    r = run("attribute", str(d), "--method", "regression", "--json")
+    r = run("attribute", str(d), "--method", "regression", "--json", "--target-pct", "1")
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
+    # Every phase wider than ±1 % gets the steps ±1 % would need: more than it has, by the
+    # square of the ratio of half-widths (no bins here: no fixed part).
+    needs = {n["phase"]: n for n in doc["steps_needed"]["phases"]}
+    wide = {p["phase"]: p for p in doc["devices"][0]["phases"] if p["rel_halfwidth"] > 0.01}
+    assert set(needs) == set(wide) and needs
+    for name, n in needs.items():
+        assert n["fixed_rel"] == 0 and n["n_steps"] == 319
+        want = 319 * (wide[name]["rel_halfwidth"] / 0.01) ** 2
+        assert n["steps_needed"] == pytest.approx(want, rel=1e-6, abs=1)
     assert doc["method"] == "regression" and doc["total"] is None
     (dev,) = doc["devices"]
     assert dev["device"] == "gpu0" and dev["warmup_steps"] == 1 and dev["n_steps"] == 319

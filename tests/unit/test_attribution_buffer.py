@@ -41,6 +41,7 @@ BUFFER_OPTS = {
     "buffer_kernel": KERNEL,
     "buffer_window_s": WINDOW_S,
     "buffer_lag_s": LAG_S,
+    "buffer_window_scales": (),  # the true window: its choice is tested on its own
 }
 
 
@@ -75,7 +76,11 @@ def counter_run(tmp_path_factory):
 
 
 def _phases(result):
-    return {p.phase: p for p in result.devices[0].phases}
+    return _phases_of(result.devices[0])
+
+
+def _phases_of(dev):
+    return {p.phase: p for p in dev.phases}
 
 
 def test_a_buffer_row_is_the_window_before_its_stamp_less_the_lag():
@@ -134,6 +139,44 @@ def test_the_runs_buffer_is_used_and_resolves_what_the_counter_alone_cannot(coun
     assert any("power buffer" in n for n in dev.notes)
 
 
+def test_the_runs_own_buffer_rows_choose_the_kernels_length(counter_run):
+    # Told 60 ms (the simulated kernel spans 50 ms), the fit tries 40, 50, 60 and 75 ms and
+    # keeps the length whose buffer rows fit best; the neighbours' move widens the intervals.
+    d, run = counter_run
+    told = {
+        **BUFFER_OPTS,
+        "buffer_window_s": 0.060,
+        "buffer_window_scales": (2 / 3, 5 / 6, 1.0, 1.25),
+    }
+    dev = attribute(d, "regression", None, 0, stall_model=False, **told).devices[0]
+    choice = dev.diagnostics["buffer_window_choice"]
+    assert choice["window_s"] == pytest.approx(WINDOW_S)
+    rms = choice["residual_rms_w"]
+    assert min(rms, key=rms.get) == "0.05" and not choice["at_edge"]
+    assert set(choice["moved_j"]) >= {"forward", "backward", "optimizer", "ema"}
+    assert any(n.startswith("buffer window: 50 ms fits") for n in dev.notes)
+    rows = _phases_of(dev)
+    for name in ("forward", "backward", "optimizer", "ema"):
+        r = rows[name]
+        assert r.resolved and r.energy_lo_j <= run.true_energy_j[name] <= r.energy_hi_j, name
+        assert "buffer windows of 40/60 ms" in r.note, r.note
+    assert rows["optimizer"].energy_j == pytest.approx(run.true_energy_j["optimizer"], rel=0.05)
+
+
+def test_a_best_length_at_the_edge_is_looked_past(counter_run):
+    # Told 32 ms with only ×1 and ×1.25 to try, the best (40 ms) is at the edge: the fit tries
+    # 50 and 62.5 ms too, and keeps the simulated 50 ms.
+    d, _ = counter_run
+    told = {**BUFFER_OPTS, "buffer_window_s": 0.032, "buffer_window_scales": (1.0, 1.25)}
+    dev = attribute(d, "regression", None, 0, stall_model=False, **told).devices[0]
+    choice = dev.diagnostics["buffer_window_choice"]
+    assert choice["window_s"] == pytest.approx(WINDOW_S)
+    assert sorted(float(k) for k in choice["residual_rms_w"]) == pytest.approx(
+        [0.032, 0.04, 0.05, 0.0625]
+    )
+    assert not choice["at_edge"]
+
+
 def test_buffer_rows_placed_at_the_wrong_time_do_not_fit(counter_run):
     d, run = counter_run
     right = attribute(d, "regression", None, 0, stall_model=False, **BUFFER_OPTS).devices[0]
@@ -173,6 +216,7 @@ def test_without_power_buffer_csv_the_regression_is_unchanged(counter_run, tmp_p
         ("buffer_kernel", ((1.0, 0.0, 0.5),), "buffer_kernel"),
         ("buffer_window_rel_sd", 1.0, "buffer_window_rel_sd"),
         ("buffer_lag_sd_s", -0.001, "buffer_lag_sd_s"),
+        ("buffer_window_scales", (1.0, 0.0), "buffer_window_scales"),
     ],
 )
 def test_buffer_settings_are_checked(field, value, match):
@@ -180,10 +224,11 @@ def test_buffer_settings_are_checked(field, value, match):
         RegressionConfig(**{field: value})
 
 
-def test_buffer_rows_are_opt_in(counter_run):
-    # Off unless asked for: on the H200 they mis-split the short phases (attr_vith_b8/run5).
+def test_buffer_rows_are_used_wherever_recorded(counter_run):
+    # On by default where power_buffer.csv holds samples (None); False turns them off.
     d, _ = counter_run
-    default = attribute(d, "regression", None, 0, stall_model=False)
+    default = attribute(d, "regression", None, 0, stall_model=False, buffer_window_scales=())
     off = attribute(d, "regression", None, 0, stall_model=False, use_buffer=False)
-    assert default.devices[0].diagnostics.get("buffer") is None
-    assert _phases(default)["forward"].energy_j == _phases(off)["forward"].energy_j
+    assert default.devices[0].diagnostics["buffer"]["n_rows"] > 1000
+    assert off.devices[0].diagnostics.get("buffer") is None
+    assert _phases(default)["forward"].energy_j != _phases(off)["forward"].energy_j

@@ -408,7 +408,10 @@ def _attribute(found: _Grids, timeline: Timeline, device: str, cfg: RegressionCo
     y = pl.target(theta)
     w0 = cfg.instant_window_s
     a, b = x * w[:, None], y * w
-    boot, block = block_bootstrap(a, b, rows.mid_s, cfg.block_s, cfg.n_boot, cfg.seed)
+    if cfg.intervals:
+        boot, block = block_bootstrap(a, b, rows.mid_s, cfg.block_s, cfg.n_boot, cfg.seed)
+    else:  # a fit that only chooses a setting: point estimates (intervals at their floor)
+        boot, block = power[None, :], 0
 
     # What the bootstrap cannot see: the uncertainty of σ and of where the rows sit in time.
     sens = []
@@ -438,6 +441,9 @@ def _attribute(found: _Grids, timeline: Timeline, device: str, cfg: RegressionCo
             )
         )
         perturb.append((np.zeros(4), no_theta, 0.0, 0.0))
+    if not cfg.intervals:
+        perturb, pls = [], []
+        sens.append(np.zeros_like(power))
     for (d_sigma, d_theta, d_stretch, d_scale), pl_pm in zip(perturb, pls, strict=True):
         fits = []
         for sign, pl_s in zip((1.0, -1.0), pl_pm, strict=True):

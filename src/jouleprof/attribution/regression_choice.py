@@ -21,7 +21,16 @@ from jouleprof.attribution.bins import bin_counts
 from jouleprof.attribution.common import Timeline
 from jouleprof.attribution.regression_config import RegressionConfig
 from jouleprof.attribution.result import DeviceAttribution, pct_text, unresolved
+from jouleprof.attribution.rows import BUFFER, KIND_NAMES
 from jouleprof.errors import AttributionError
+
+BUFFER_WINDOW_EXTENSIONS = 2
+"""Where the buffer's rows fit best at the shortest or longest window tried, the fit tries up
+to this many lengths further out (each the same ratio beyond the last): on two of six H200
+runs the longest of the configured lengths (75 ms) fitted best."""
+
+BUFFER_ROWS = KIND_NAMES[BUFFER]
+"""The power buffer's rows, as the fit's diagnostics name them."""
 
 Fit = Callable[[RegressionConfig], DeviceAttribution]
 """Fits the run under a config whose stall_model and bins are set."""
@@ -39,7 +48,8 @@ run4); on simulated steps of constant-power phases the stall model fits worse (1
 
 def choose_model(fit: Fit, timeline: Timeline, cfg: RegressionConfig) -> DeviceAttribution:
     """The fit under `cfg`, with the stall model and bins chosen where `cfg` leaves them None;
-    where bins are used, intervals widened by how much the bins' length moves each phase."""
+    where buffer rows are used, the buffer kernel's length chosen by the fit; where bins are
+    used, intervals widened by how much the bins' length moves each phase."""
     bins = cfg.bins
     if bins is None and not bin_counts(timeline, cfg.bin_s):
         bins = False  # no phase long enough to cut
@@ -47,9 +57,44 @@ def choose_model(fit: Fit, timeline: Timeline, cfg: RegressionConfig) -> DeviceA
     res = _auto_stall(fit, first) if cfg.stall_model is None else fit(first)
     if bins is None:
         res = _auto_bins(fit, cfg, res)
+    cfg = replace(cfg, bins=bool(res.diagnostics.get("bins")), stall_model=_uses_stall(res))
+    if BUFFER_ROWS in res.diagnostics.get("rows", {}) and cfg.buffer_window_scales:
+        res, cfg = _choose_buffer_window(fit, cfg, res)
     if res.diagnostics.get("bins") and cfg.bin_resolution_check:
         res = _widen_by_bin_length(fit, cfg, res)
     return res
+
+
+def _widen(res: DeviceAttribution, moved_j: dict[str, float], what: str) -> dict[str, float]:
+    """Widen each resolved phase's interval in `res` (in place) by how far `what` moves it
+    (`moved_j`: phase → J, added in quadrature to each side's half-width); a phase whose
+    interval then grows wider than its estimate is reported unresolved. Returns the moves in
+    percent of the phases still resolved."""
+    moved_pct: dict[str, float] = {}
+    phases = []
+    for p in res.phases:
+        d = moved_j.get(p.phase)
+        if not p.resolved or p.energy_j is None or d is None:
+            phases.append(p)
+            continue
+        lo = p.energy_j - float(np.hypot(p.energy_j - p.energy_lo_j, d))
+        hi = p.energy_j + float(np.hypot(p.energy_hi_j - p.energy_j, d))
+        if hi - lo > p.energy_j:
+            why = (
+                f"its interval [{lo:.4g}, {hi:.4g}] J, widened by how much {what} move it "
+                f"({d:.3g} J), is wider than the estimate {p.energy_j:.4g} J"
+            )
+            phases.append(unresolved(p.phase, p.time_s, p.n_steps, p.method, why, p.device))
+            continue
+        moved_pct[p.phase] = 100 * d / p.energy_j
+        head, _, rest = p.note.partition("; ±")
+        before = rest[rest.index("(") + 1 : -1] + "; " if "(" in rest else ""
+        mine = f"{what} move it {pct_text(moved_pct[p.phase])}%" if d > 0 else f"{what} agree"
+        half = 50 * (hi - lo) / p.energy_j
+        note = f"{head}; ±{pct_text(half)}% ({before}{mine})"
+        phases.append(replace(p, energy_lo_j=max(lo, 0.0), energy_hi_j=hi, note=note))
+    res.phases[:] = phases
+    return moved_pct
 
 
 def _widen_by_bin_length(
@@ -64,48 +109,120 @@ def _widen_by_bin_length(
     12 seeds and the EMA in 3 (tests/unit/test_attribution_bins.py); twice-as-long bins moved
     them by about as much as they missed."""
     try:
-        coarse = fit(replace(cfg, bins=True, stall_model=_uses_stall(res), bin_s=2 * cfg.bin_s))
+        coarse = fit(
+            replace(
+                cfg, bins=True, stall_model=_uses_stall(res), bin_s=2 * cfg.bin_s, intervals=False
+            )
+        )
     except AttributionError as e:
         res.notes.append(f"bin length not checked: {e}")
         return res
     other = {p.phase: p.energy_j for p in coarse.phases}
-    moved: dict[str, float] = {}
-    moved_pct: dict[str, float] = {}  # of the phases still resolved
-    phases = []
-    for p in res.phases:
-        e2 = other.get(p.phase)
-        if not p.resolved or p.energy_j is None or e2 is None:
-            phases.append(p)
-            continue
-        d = abs(e2 - p.energy_j)
-        lo = p.energy_j - float(np.hypot(p.energy_j - p.energy_lo_j, d))
-        hi = p.energy_j + float(np.hypot(p.energy_hi_j - p.energy_j, d))
-        moved[p.phase] = d
-        if hi - lo > p.energy_j:
-            why = (
-                f"its interval [{lo:.4g}, {hi:.4g}] J, widened by how much bins of "
-                f"{2e3 * cfg.bin_s:g} ms move it ({d:.3g} J), is wider than the estimate "
-                f"{p.energy_j:.4g} J"
-            )
-            phases.append(unresolved(p.phase, p.time_s, p.n_steps, p.method, why, p.device))
-            continue
-        moved_pct[p.phase] = 100 * d / p.energy_j
-        half = 50 * (hi - lo) / p.energy_j
-        note = p.note.split("; ±")[0] + f"; ±{pct_text(half)}% (bins of {2e3 * cfg.bin_s:g} ms"
-        note += f" move it {pct_text(moved_pct[p.phase])}%)" if d > 0 else " agree)"
-        phases.append(replace(p, energy_lo_j=max(lo, 0.0), energy_hi_j=hi, note=note))
-    res.phases[:] = phases
+    moved = {
+        p.phase: abs(other[p.phase] - p.energy_j)
+        for p in res.phases
+        if p.resolved and p.energy_j is not None and other.get(p.phase) is not None
+    }
+    moved_pct = _widen(res, moved, f"bins of {2e3 * cfg.bin_s:g} ms")
     if moved_pct:
         most = max(moved_pct, key=moved_pct.get)
         res.notes.append(
             f"bin length: bins of {2e3 * cfg.bin_s:g} ms move the phases by up to "
             f"{pct_text(moved_pct[most])}% ({most}); each interval is widened by its own move"
         )
-    res.diagnostics["bins"]["length_check"] = {
-        "bin_s": 2 * cfg.bin_s,
-        "moved_j": moved,
-    }
+    res.diagnostics["bins"]["length_check"] = {"bin_s": 2 * cfg.bin_s, "moved_j": moved}
     return res
+
+
+def _buffer_rms(res: DeviceAttribution) -> float:
+    """The residual RMS (W) of a fit's power-buffer rows."""
+    return float(res.diagnostics["rows"][BUFFER_ROWS]["residual_rms_w"])
+
+
+def _choose_buffer_window(
+    fit: Fit, cfg: RegressionConfig, res: DeviceAttribution
+) -> tuple[DeviceAttribution, RegressionConfig]:
+    """The buffer kernel's length chosen by the run's own buffer rows, and the config it was
+    fitted under. `res` was fitted at cfg.buffer_window_s (scale 1); the fit is repeated at each
+    of cfg.buffer_window_scales (point estimates), and further out where the best is at an edge
+    (BUFFER_WINDOW_EXTENSIONS); the scale whose buffer rows fit best is kept, and each phase's
+    interval is widened by the larger move to the neighbouring scales tried.
+
+    The kernel probe could not tell exponentials of τ 8–12 ms apart, and the V-JEPA2 optimizer's
+    split moved with τ on some runs (benchmarks/results/attr_vith_b8, session 7): the run's own
+    20 ms samples, ~12,000 over 240 s, say which length describes them, and the neighbours' move
+    says how much that choice is worth."""
+    points = {1.0: res}
+    for sc in sorted(set(cfg.buffer_window_scales) - {1.0}):
+        try:
+            points[sc] = fit(
+                replace(cfg, buffer_window_s=sc * cfg.buffer_window_s, intervals=False)
+            )
+        except AttributionError as e:
+            res.notes.append(f"buffer window ×{sc:.3g} not fitted: {e}")
+    rms = {sc: _buffer_rms(f) for sc, f in points.items() if BUFFER_ROWS in f.diagnostics["rows"]}
+    for _ in range(BUFFER_WINDOW_EXTENSIONS):
+        # A best length at the edge of those tried: try one step further out.
+        tried = sorted(rms)
+        best = min(rms, key=rms.get)
+        if len(tried) < 2 or best not in (tried[0], tried[-1]):
+            break
+        sc = best * best / (tried[1] if best == tried[0] else tried[-2])  # the same ratio
+        try:
+            points[sc] = fit(
+                replace(cfg, buffer_window_s=sc * cfg.buffer_window_s, intervals=False)
+            )
+        except AttributionError as e:
+            res.notes.append(f"buffer window ×{sc:.3g} not fitted: {e}")
+            break
+        rms[sc] = _buffer_rms(points[sc])
+    best = min(rms, key=rms.get)
+    tried = sorted(rms)
+    i = tried.index(best)
+    neighbours = [tried[j] for j in (i - 1, i + 1) if 0 <= j < len(tried)]
+    chosen_cfg = replace(cfg, buffer_window_s=best * cfg.buffer_window_s)
+    chosen = res
+    if best != 1.0:
+        chosen = fit(chosen_cfg)
+        for key in ("stall_model_choice", "bins_choice"):
+            if key in res.diagnostics:
+                chosen.diagnostics[key] = res.diagnostics[key]
+        chosen.notes += [n for n in res.notes if n.startswith(("model: ", "bins: "))]
+    energy = {sc: {p.phase: p.energy_j for p in points[sc].phases} for sc in neighbours}
+    moved: dict[str, float] = {}
+    for p in chosen.phases:
+        ds = [
+            abs(energy[sc][p.phase] - p.energy_j)
+            for sc in neighbours
+            if p.energy_j is not None and energy[sc].get(p.phase) is not None
+        ]
+        if ds:
+            moved[p.phase] = max(ds)
+    ms = lambda sc: f"{1e3 * sc * cfg.buffer_window_s:.0f}"  # noqa: E731
+    moved_pct = _widen(
+        chosen, moved, f"buffer windows of {'/'.join(ms(sc) for sc in neighbours)} ms"
+    )
+    edge = best in (tried[0], tried[-1]) and len(tried) > 1
+    chosen.diagnostics["buffer_window_choice"] = {
+        "window_s": best * cfg.buffer_window_s,
+        "residual_rms_w": {f"{sc * cfg.buffer_window_s:.4g}": r for sc, r in rms.items()},
+        "moved_j": moved,
+        "at_edge": edge,
+    }
+    most = max(moved_pct, key=moved_pct.get) if moved_pct else None
+    chosen.notes.append(
+        f"buffer window: {ms(best)} ms fits the buffer's rows best (residual RMS "
+        + ", ".join(f"{r:.2f} W at {ms(sc)} ms" for sc, r in sorted(rms.items()))
+        + ")"
+        + (
+            f"; the neighbours move the phases by up to {pct_text(moved_pct[most])}% ({most}), "
+            "and each interval is widened by its own move"
+            if most
+            else ""
+        )
+        + ("; the best is at the edge of the lengths tried" if edge else "")
+    )
+    return chosen, chosen_cfg
 
 
 def _auto_bins(fit: Fit, cfg: RegressionConfig, whole: DeviceAttribution) -> DeviceAttribution:

@@ -108,13 +108,14 @@ class RegressionConfig:
     high, truth outside the interval; 12.5 ms bins put it within −4…+1 % on two seeds of three
     (tests/unit/test_attribution_bins.py). On the H200's run6 10–25 ms bins moved the optimizer
     between −5 % and +5 % of its isolated energy, inside its ±15 % interval."""
-    use_buffer: bool | None = False
+    use_buffer: bool | None = None
     """Use NVML's power-sample buffer (power_buffer.csv: a sample every ~20 ms) as rows, each
-    the power over a short window before its stamp. Off by default: on the H200 (run5,
-    benchmarks/results/attr_vith_b8) these rows moved the large phases ~1 point toward the
-    isolation reference but turned the optimizer's wide interval into a narrow one that misses
-    its reference by +34 %, and the split depends on the buffer's kernel, which the probe data
-    cannot pin down. None: wherever the run recorded it; True: required."""
+    the power weighed by `buffer_kernel` over a short window before its stamp. None (default):
+    wherever the run recorded it; True: required; False: never. On six 240 s H200 V-JEPA2
+    runs (benchmarks/results/attr_vith_b8, run6–run11) with long phases in bins, these rows
+    brought the 6 ms optimizer from ±10–23 % to ±4–9 % of its isolated energy. Before bins
+    (run5) they mis-split it (+34 %), and the split moves with the kernel's length, which the
+    run's own rows therefore choose (`buffer_window_scales`)."""
     buffer_weight: float = 0.5
     """Weight of a buffer row, relative to a counter row (as an instant row's: its window is
     measured on another load, and its rows are many: ~5 per 100 ms refresh)."""
@@ -134,6 +135,16 @@ class RegressionConfig:
     buffer_window_rel_sd: float = 0.25
     """Relative uncertainty of buffer_window_s, carried into every interval as a systematic
     spread (on the kernel probe, exponentials of 40–75 ms fitted within a few percent)."""
+    buffer_window_scales: tuple[float, ...] = (2 / 3, 5 / 6, 1.0, 1.25)
+    """Where buffer rows are used, the fit is repeated with buffer_window_s (and so the
+    kernel's time constant) times each of these, and the scale whose buffer rows fit best is
+    kept; each phase's interval is then widened by how far the neighbouring scales move it
+    (`regression_choice`). On the kernel probe exponentials of τ 8–12 ms fitted alike, and on
+    the H200 V-JEPA2 runs the 6 ms optimizer moved ~2.5 points a millisecond of τ on one run and
+    under 1 on another (benchmarks/results/attr_vith_b8, session 7). Empty: the kernel as set."""
+    intervals: bool = True
+    """False: point estimates only, without the bootstrap or the sensor model's spread (each
+    interval at its floor). For the fits that only choose a setting."""
 
     counter_tail_s: float = 0.0
     """Time constant of an exponential tail by which the energy the counter books trails the
@@ -194,6 +205,10 @@ class RegressionConfig:
             raise ValueError(f"min_rows must be ≥ 1, got {self.min_rows}")
         if not (self.use_counter or self.use_instant or self.use_average):
             raise ValueError("use_counter, use_instant and use_average cannot all be False")
+        if any(not sc > 0 for sc in self.buffer_window_scales):
+            raise ValueError(
+                f"buffer_window_scales must all be > 0, got {self.buffer_window_scales}"
+            )
         if not 0 <= self.buffer_window_rel_sd < 1:
             raise ValueError(
                 f"buffer_window_rel_sd must be in [0, 1), got {self.buffer_window_rel_sd}"

@@ -72,8 +72,9 @@ class CellConfig:
     attribution benchmarks: a workload whose steps vary (V-JEPA2's masks change the context
     length every batch) is then compared with isolation replays of that same batch. Off for
     studies, which measure training as it is."""
-    power_buffer: bool = False
-    """Also record NVML's ~20 ms power-sample buffer (power_buffer.csv), for analysis."""
+    power_buffer: bool | None = None
+    """Record NVML's ~20 ms power-sample buffer (power_buffer.csv). None: as the mode does
+    (fine mode records it, for the phase regression's rows; the others do not)."""
     gpus: tuple[int, ...] | None = None
     """GPU indices to measure; None: the one the workload trains on (every visible GPU when
     the workload cannot say)."""
@@ -161,8 +162,8 @@ def run_cell(cfg: CellConfig, out: str | Path) -> Path:
     # with several, the idle ones would otherwise be counted in its energy per sample).
     gpus = cfg.gpus if cfg.gpus is not None else wl.gpus()
     mcfg = mode.measure_config(gpus, cfg.interval_s)
-    if cfg.power_buffer:
-        mcfg = replace(mcfg, power_buffer=True)
+    if cfg.power_buffer is not None:
+        mcfg = replace(mcfg, power_buffer=cfg.power_buffer)
     with measure(out, mcfg, run_config=run_config) as m:
         rec = m.record
         # Where the cell's wall time went, each part in seconds: before this function

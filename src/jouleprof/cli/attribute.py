@@ -122,17 +122,26 @@ def attribute_cmd(
         float, typer.Option(help="Regression: target length of a bin, ms.", min=0.1)
     ] = 12.5,
     buffer_rows: Annotated[
-        bool,
+        bool | None,
         typer.Option(
             "--buffer-rows/--no-buffer-rows",
-            help="Regression: also use NVML's ~20 ms power-sample buffer (power_buffer.csv, "
-            "recorded with --power-buffer) as rows. Experimental: on the H200 it sharpened the "
-            "large phases slightly but mis-split short ones (benchmarks/results/attr_vith_b8).",
+            help="Regression: use NVML's ~20 ms power-sample buffer (power_buffer.csv, recorded "
+            "in fine mode or with --power-buffer) as rows, the kernel's length chosen by the "
+            "run's own samples. Default: wherever the run recorded it.",
+            show_default=False,
         ),
-    ] = False,
+    ] = None,
     gap_tolerance_s: Annotated[
         float, typer.Option(help="Gaps/overlaps between spans up to this long are noise, s.")
     ] = 0.5e-3,
+    target_pct: Annotated[
+        float,
+        typer.Option(
+            help="Regression: for each phase whose interval is wider than ±this, say how many "
+            "steps would bring it there (0: do not).",
+            min=0.0,
+        ),
+    ] = 5.0,
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
     """Attribute a run's energy to its phases and write phases.csv (works offline, no GPU)."""
@@ -168,6 +177,19 @@ def attribute_cmd(
     if json_out:
         doc = result.to_json()
         doc["phases_csv"] = str(path)
+        if method == "regression" and target_pct > 0:
+            from dataclasses import asdict
+
+            from jouleprof.attribution.precision import plan
+
+            doc["steps_needed"] = {
+                "target_pct": target_pct,
+                "phases": [
+                    {"device": d.device, **asdict(n)}
+                    for d in result.devices
+                    for n in plan(d, target_pct / 100)
+                ],
+            }
         print(json.dumps(_finite(doc), indent=2, default=_plain))
         return
     for dev in result.devices:
@@ -188,6 +210,11 @@ def attribute_cmd(
                 f"{d['residual_rms_w']:.1f} W; intervals {100 * d['confidence']:.0f}%, "
                 f"{d['n_boot']} block-bootstrap resamples"
             )
+            if target_pct > 0:
+                from jouleprof.attribution.precision import plan, plan_text
+
+                for need in plan(dev, target_pct / 100):
+                    note(f"{dev.device}: {plan_text(need, target_pct / 100, dev.step_time_s)}")
     if len(result.devices) > 1:
         title = f"total over {len(result.devices)} devices"
         out_console.print(

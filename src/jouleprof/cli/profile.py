@@ -56,11 +56,14 @@ def profile_cmd(
         ),
     ] = False,
     power_buffer: Annotated[
-        bool,
+        bool | None,
         typer.Option(
-            help="Also copy NVML's ~20 ms power-sample buffer to power_buffer.csv (for analysis)."
+            "--power-buffer/--no-power-buffer",
+            help="Copy NVML's ~20 ms power-sample buffer to power_buffer.csv (the phase "
+            "regression's densest rows). Default: in fine mode.",
+            show_default=False,
         ),
-    ] = False,
+    ] = None,
     gpus: Annotated[
         str | None,
         typer.Option(help="GPU indices to measure (default: the one the workload trains on)."),

@@ -5,9 +5,8 @@ The driver keeps the board's power sampled about every 20 ms for the last ~2.4 s
 2.39 s, 0.35 ms of CPU a read, benchmarks/results/nvml_read_cost). That is 5 × the instant
 field's refresh rate for a twentieth of the cost of polling it. On the H200 each sample
 weighs about the 30 ms before its stamp (benchmarks/results/kernel_probe/f33ed69). The
-samples are recorded in their own file; no default figure uses them, and phase regression
-takes them as rows only when asked (`jouleprof attribute --buffer-rows`), since on a real run
-they mis-split short phases (benchmarks/results/attr_vith_b8, run5):
+samples are recorded in their own file (by fine mode, or `--power-buffer`); the phase
+regression takes them as rows wherever they were recorded (`RegressionConfig.use_buffer`):
 
     power_buffer.csv: t_s (the run's clock), device, power_w, timestamp_us (the driver's)
 
