@@ -378,6 +378,41 @@ def attribute_regression(
     return choose_model(lambda c: _attribute(found, timeline, device, c), timeline, cfg)
 
 
+def _perturbations(f: _Fit, jc: JitterGrid, jp: JitterGrid, cfg: RegressionConfig):
+    """The sensor model's perturbations whose effect on the powers the intervals carry: each
+    (d_sigma, d_theta, d_stretch, d_scale) with the pair of placements (+, −) it is fitted on.
+    σ of each grid, the placement's posterior (along its eigenvectors), the buffer window's
+    length and scale, and the counter tail's length where one is set."""
+    pl, theta_cov, rows = f.pl, f.theta_cov, f.pl.rows
+    evals, evecs = np.linalg.eigh(theta_cov)
+    d_sig_c = np.array([jc.jitter_se_s, 0.0, 0.0, 0.0])
+    d_sig_p = np.array([0.0, jp.jitter_se_s, jp.jitter_se_s, 0.0])
+    no_theta = np.zeros(len(PARAMS))
+    perturb = [(d_sig_c, no_theta, 0.0, 0.0), (d_sig_p, no_theta, 0.0, 0.0)]
+    perturb += [
+        (np.zeros(4), np.sqrt(max(ev, 0.0)) * evecs[:, i], 0.0, 0.0) for i, ev in enumerate(evals)
+    ]
+    if np.any(rows.kind == BUFFER) and cfg.buffer_window_rel_sd > 0:
+        # The buffer's window was measured on another load (its shape and length trade off
+        # there within a few percent of residual): what would a longer or shorter one change?
+        perturb.append((np.zeros(4), no_theta, cfg.buffer_window_rel_sd, 0.0))
+    if f.buffer_scale is not None and f.buffer_scale.sd > 0:
+        # And its scale, set against the counter block by block.
+        perturb.append((np.zeros(4), no_theta, 0.0, f.buffer_scale.sd / f.buffer_scale.scale))
+    pls = [(pl, pl)] * len(perturb)
+    if cfg.counter_tail_s > 0 and cfg.counter_tail_fraction > 0 and cfg.counter_tail_rel_sd > 0:
+        # The tail was measured on another load: what would a longer or shorter one change?
+        taus = cfg.counter_tail_s * (1.0 + np.array([1.0, -1.0]) * cfg.counter_tail_rel_sd)
+        pls.append(
+            tuple(
+                replace(pl, counter_delays=_counter_delays(replace(cfg, counter_tail_s=tau)))
+                for tau in taus
+            )
+        )
+        perturb.append((np.zeros(4), no_theta, 0.0, 0.0))
+    return perturb, pls
+
+
 def _attribute(found: _Grids, timeline: Timeline, device: str, cfg: RegressionConfig):
     dev, grids, grid_notes = found.dev, found.grids, found.notes
     jc = grids.get("counter", grids.get("power"))
@@ -414,36 +449,9 @@ def _attribute(found: _Grids, timeline: Timeline, device: str, cfg: RegressionCo
         boot, block = power[None, :], 0
 
     # What the bootstrap cannot see: the uncertainty of σ and of where the rows sit in time.
-    sens = []
-    evals, evecs = np.linalg.eigh(theta_cov)
-    d_sig_c = np.array([jc.jitter_se_s, 0.0, 0.0, 0.0])
-    d_sig_p = np.array([0.0, jp.jitter_se_s, jp.jitter_se_s, 0.0])
-    no_theta = np.zeros(len(PARAMS))
-    perturb = [(d_sig_c, no_theta, 0.0, 0.0), (d_sig_p, no_theta, 0.0, 0.0)]
-    perturb += [
-        (np.zeros(4), np.sqrt(max(ev, 0.0)) * evecs[:, i], 0.0, 0.0) for i, ev in enumerate(evals)
-    ]
-    if np.any(rows.kind == BUFFER) and cfg.buffer_window_rel_sd > 0:
-        # The buffer's window was measured on another load (its shape and length trade off
-        # there within a few percent of residual): what would a longer or shorter one change?
-        perturb.append((np.zeros(4), no_theta, cfg.buffer_window_rel_sd, 0.0))
-    if f.buffer_scale is not None and f.buffer_scale.sd > 0:
-        # And its scale, set against the counter block by block.
-        perturb.append((np.zeros(4), no_theta, 0.0, f.buffer_scale.sd / f.buffer_scale.scale))
-    pls = [(pl, pl)] * len(perturb)
-    if cfg.counter_tail_s > 0 and cfg.counter_tail_fraction > 0 and cfg.counter_tail_rel_sd > 0:
-        # The tail was measured on another load: what would a longer or shorter one change?
-        taus = cfg.counter_tail_s * (1.0 + np.array([1.0, -1.0]) * cfg.counter_tail_rel_sd)
-        pls.append(
-            tuple(
-                replace(pl, counter_delays=_counter_delays(replace(cfg, counter_tail_s=tau)))
-                for tau in taus
-            )
-        )
-        perturb.append((np.zeros(4), no_theta, 0.0, 0.0))
-    if not cfg.intervals:
-        perturb, pls = [], []
-        sens.append(np.zeros_like(power))
+    # A point-only fit (one that only chooses a setting) has none.
+    perturb, pls = _perturbations(f, jc, jp, cfg) if cfg.intervals else ([], [])
+    sens = [] if cfg.intervals else [np.zeros_like(power)]
     for (d_sigma, d_theta, d_stretch, d_scale), pl_pm in zip(perturb, pls, strict=True):
         fits = []
         for sign, pl_s in zip((1.0, -1.0), pl_pm, strict=True):

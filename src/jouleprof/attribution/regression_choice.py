@@ -100,7 +100,8 @@ def _widen(res: DeviceAttribution, moved_j: dict[str, float], what: str) -> dict
 def _widen_by_bin_length(
     fit: Fit, cfg: RegressionConfig, res: DeviceAttribution
 ) -> DeviceAttribution:
-    """`res` (a binned fit) with each phase's interval widened by how far bins twice as long
+    """`res` (a binned fit under `cfg`, whose bins and stall model are set as `res` was fitted)
+    with each phase's interval widened by how far bins twice as long
     move its energy (δ, added in quadrature to each side's half-width).
 
     The bootstrap cannot see that a bin's power is not flat either: a bin straddling a power
@@ -109,11 +110,7 @@ def _widen_by_bin_length(
     12 seeds and the EMA in 3 (tests/unit/test_attribution_bins.py); twice-as-long bins moved
     them by about as much as they missed."""
     try:
-        coarse = fit(
-            replace(
-                cfg, bins=True, stall_model=_uses_stall(res), bin_s=2 * cfg.bin_s, intervals=False
-            )
-        )
+        coarse = fit(replace(cfg, bin_s=2 * cfg.bin_s, intervals=False))
     except AttributionError as e:
         res.notes.append(f"bin length not checked: {e}")
         return res
@@ -153,13 +150,20 @@ def _choose_buffer_window(
     20 ms samples, ~12,000 over 240 s, say which length describes them, and the neighbours' move
     says how much that choice is worth."""
     points = {1.0: res}
-    for sc in sorted(set(cfg.buffer_window_scales) - {1.0}):
+
+    def at(sc: float) -> bool:
+        """Fit (point estimates) with the window × `sc` into `points`; False where it fails."""
         try:
             points[sc] = fit(
                 replace(cfg, buffer_window_s=sc * cfg.buffer_window_s, intervals=False)
             )
         except AttributionError as e:
             res.notes.append(f"buffer window ×{sc:.3g} not fitted: {e}")
+            return False
+        return True
+
+    for sc in sorted(set(cfg.buffer_window_scales) - {1.0}):
+        at(sc)
     rms = {sc: _buffer_rms(f) for sc, f in points.items() if BUFFER_ROWS in f.diagnostics["rows"]}
     for _ in range(BUFFER_WINDOW_EXTENSIONS):
         # A best length at the edge of those tried: try one step further out.
@@ -168,12 +172,7 @@ def _choose_buffer_window(
         if len(tried) < 2 or best not in (tried[0], tried[-1]):
             break
         sc = best * best / (tried[1] if best == tried[0] else tried[-2])  # the same ratio
-        try:
-            points[sc] = fit(
-                replace(cfg, buffer_window_s=sc * cfg.buffer_window_s, intervals=False)
-            )
-        except AttributionError as e:
-            res.notes.append(f"buffer window ×{sc:.3g} not fitted: {e}")
+        if not at(sc):
             break
         rms[sc] = _buffer_rms(points[sc])
     best = min(rms, key=rms.get)
