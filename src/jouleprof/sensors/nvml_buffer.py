@@ -58,8 +58,11 @@ class PowerBufferRecorder:
                 f"every_s must be in (0, 2) s (the buffer holds ~2.4 s), got {every_s}"
             )
         self._nv, self._handles, self._every = nv, dict(handles), every_s
-        self._wall0_s, self._run0_s = time.time(), clock.now_s()
-        self._last_us = {d: int(self._wall0_s * 1e6) for d in self._handles}
+        # The pairing in whole µs, as the driver stamps: a stamp's offset from it is then exact,
+        # and samples 20 ms apart are written 0.020000 s apart (as floats of ~1.7e9 s, stamps
+        # lost ~0.2 µs each and neighbours could round a µs apart).
+        self._wall0_us, self._run0_s = int(time.time() * 1e6), clock.now_s()
+        self._last_us = dict.fromkeys(self._handles, self._wall0_us)
         self._file = open(path, "w", newline="")  # noqa: SIM115 (closed in stop)
         self._writer = csv.writer(self._file)
         self._writer.writerow(POWER_BUFFER_COLUMNS)
@@ -101,7 +104,7 @@ class PowerBufferRecorder:
             mw = union_value(s.sampleValue, vtype)
             if ts <= self._last_us[device] or mw is None:
                 continue
-            t_s = self._run0_s + (ts / 1e6 - self._wall0_s)
+            t_s = self._run0_s + (ts - self._wall0_us) / 1e6
             self._writer.writerow((f"{t_s:.6f}", device, f"{mw / 1e3:.3f}", ts))
             self._last_us[device] = ts
             new += 1
