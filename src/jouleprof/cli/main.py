@@ -30,7 +30,7 @@ def _register_optional() -> None:
     # Subcommands added by later parts of the tool register themselves the same way.
     import importlib
 
-    for name in ("attribute", "study", "report", "profile"):
+    for name in ("attribute", "study", "report", "profile", "predict"):
         try:
             mod = importlib.import_module(f"jouleprof.cli.{name}")
         except ModuleNotFoundError as e:

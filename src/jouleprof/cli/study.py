@@ -1,4 +1,9 @@
-"""`jouleprof study vjepa2`: the batch size × measurement mode matrix, each cell its own process."""
+"""`jouleprof study ...`: sweeps, each cell its own process.
+
+`study` is a command group. This module holds the group and `study vjepa2` (the batch size ×
+measurement mode matrix); every other study registers itself from its own module, listed in
+`_STUDY_MODULES`, through a `register_study(study_app)` function.
+"""
 
 from __future__ import annotations
 
@@ -39,7 +44,6 @@ def parse_overrides(items: list[str]) -> dict[str, object]:
 
 
 def study_cmd(
-    workload: Annotated[str, typer.Argument(help="Workload: vjepa2.")] = "vjepa2",
     preset: Annotated[str, typer.Option(help="tiny, vit_base, vit_large, vit_huge.")] = "vit_huge",
     batch_sizes: Annotated[
         str, typer.Option(help="Comma-separated batch sizes.")
@@ -94,7 +98,8 @@ def study_cmd(
         ),
     ] = None,
 ) -> None:
-    """Run the matrix; rerunning the same command resumes an interrupted study."""
+    """V-JEPA2: batch size × measurement mode × repetition; rerunning the same command resumes."""
+    workload = "vjepa2"
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from jouleprof.bench.study import StudySpec, cells, run_study
@@ -174,5 +179,25 @@ def study_cmd(
         note(f"report: {write_study_report(out)}")
 
 
+study_app = typer.Typer(
+    help="Sweeps: every cell its own process and run directory; rerun to resume.",
+    no_args_is_help=True,
+)
+study_app.command("vjepa2")(study_cmd)
+
+# Modules that add a study: each defines register_study(study_app).
+_STUDY_MODULES = ("study_video", "study_bert", "study_energy")
+
+
 def register(app: typer.Typer) -> None:
-    app.command("study")(study_cmd)
+    import importlib
+
+    for name in _STUDY_MODULES:
+        try:
+            mod = importlib.import_module(f"jouleprof.cli.{name}")
+        except ModuleNotFoundError as e:
+            if e.name != f"jouleprof.cli.{name}":
+                raise
+            continue
+        mod.register_study(study_app)
+    app.add_typer(study_app, name="study")
