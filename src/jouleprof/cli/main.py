@@ -30,7 +30,17 @@ def _register_optional() -> None:
     # Subcommands added by later parts of the tool register themselves the same way.
     import importlib
 
-    for name in ("attribute", "study", "report", "profile", "predict"):
+    for name in (
+        "attribute",
+        "study",
+        "report",
+        "profile",
+        "predict",
+        "data",
+        "run",
+        "summarize",
+        "analyze",
+    ):
         try:
             mod = importlib.import_module(f"jouleprof.cli.{name}")
         except ModuleNotFoundError as e:
