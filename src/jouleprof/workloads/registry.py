@@ -93,6 +93,7 @@ Factory = Callable[[], Workload]
 _BUILTIN: dict[str, str] = {
     "vjepa2": "jouleprof.workloads.vjepa2.workload:VJepa2Workload",
     "video": "jouleprof.workloads.video.workload:VideoWorkload",
+    "bert": "jouleprof.workloads.bert:BertWorkload",
 }
 
 _REGISTRY: dict[str, Factory | str] = dict(_BUILTIN)
