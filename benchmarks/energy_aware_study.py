@@ -244,12 +244,16 @@ def main() -> int:
         cal = json.loads(cal_file.read_text())
         epochs = cal["epochs"]
     else:
-        cal = calibrate(args, args.out)
-        n = len(base_spec(args, 1).cell_specs())
-        left = args.budget_s - elapsed() - probe_s - 8
-        epochs = 1 if args.smoke else choose_epochs(cal, n, left, 2, args.max_epochs)
+        try:
+            cal = calibrate(args, args.out)
+            n = len(base_spec(args, 1).cell_specs())
+            left = args.budget_s - elapsed() - probe_s - 8
+            epochs = 1 if args.smoke else choose_epochs(cal, n, left, 2, args.max_epochs)
+            cal["budget_for_study_s"] = left
+        except Exception as e:  # a failed calibration must not cost the study: fall back
+            cal = {"error": f"{type(e).__name__}: {e}", "fallback": True}
+            epochs = 1 if args.smoke else 10
         cal["epochs"] = epochs
-        cal["budget_for_study_s"] = left
     cal_file.write_text(json.dumps(cal, indent=2) + "\n")
     print(f"[{elapsed():.0f}s] calibration: {json.dumps(cal)}")
     spec = base_spec(args, epochs)
