@@ -192,6 +192,8 @@ def _meta(args, out: Path, device: str) -> dict:
         "device": device,
         "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
     }
+    meta["allow_tf32"] = {"matmul": torch.backends.cuda.matmul.allow_tf32,
+                          "cudnn": torch.backends.cudnn.allow_tf32}  # fmt: skip
     if device.startswith("cuda"):
         meta["gpu_name"] = torch.cuda.get_device_name(0)
         try:

@@ -47,7 +47,7 @@ def _timm(name: str) -> ZooModel:
         raise ValueError(
             "timm models need the timm package: pip install 'jouleprof[predict]'"
         ) from e
-    if name not in timm.list_models():
+    if not timm.is_model(name):
         close = timm.list_models(f"*{name[:6]}*")[:8]
         hint = f"; similar names: {', '.join(close)}" if close else ""
         raise ValueError(f"unknown timm model {name!r}{hint} (timm.list_models() lists them all)")
