@@ -121,6 +121,8 @@ class Source(StrEnum):
 
     MEASURED = "measured"
     ESTIMATED = "estimated"
+    SIMULATED = "simulated"
+    """From the package's simulated GPU (a machine without one): never a measurement."""
     UNAVAILABLE = "unavailable"
 
 

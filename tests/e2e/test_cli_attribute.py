@@ -97,8 +97,10 @@ def test_table_output_and_the_baseline(tmp_path, sim):
     assert r.returncode == 0, r.stderr
     for name in ("data", "forward", "backward", "optimizer", "ema", "proportional"):
         assert name in r.stdout
-    assert "phases.csv" in r.stderr
-    table = pd.read_csv(d / "phases.csv")
+    assert "phases_proportional.csv" in r.stderr
+    # Each method writes its own file; phases.csv is the regression's alone.
+    assert not (d / "phases.csv").exists()
+    table = pd.read_csv(d / "phases_proportional.csv")
     assert set(table["method"]) == {"proportional"}
     # Every phase gets the same power under time share.
     assert table["mean_power_w"].nunique() == 1
@@ -138,7 +140,7 @@ def test_two_devices_and_their_total(tmp_path, sim):
     for name in one:
         assert total[name]["energy_j"] == pytest.approx(2 * one[name]["energy_j"])
         assert total[name]["device"] == "total"
-    table = pd.read_csv(d / "phases.csv")
+    table = pd.read_csv(d / "phases_proportional.csv")
     assert sorted(set(table["device"])) == ["gpu0", "gpu1", "total"]
     r = run("attribute", str(d), "--device", "gpu1", "--method", "proportional", "--json")
     assert [x["device"] for x in json.loads(r.stdout)["devices"]] == ["gpu1"]

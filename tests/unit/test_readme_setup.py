@@ -39,9 +39,7 @@ def setup_commands() -> tuple[int, list[str]]:
 
 def _ci_commands() -> list[str]:
     return [
-        ln
-        for ln in CI.read_text().splitlines()
-        if ln.strip() and not ln.lstrip().startswith("#")
+        ln for ln in CI.read_text().splitlines() if ln.strip() and not ln.lstrip().startswith("#")
     ]
 
 
@@ -95,9 +93,7 @@ def test_the_install_brings_what_the_test_command_needs():
     install = lines[0].split("&&")[0]
     m = re.search(r"\.\[([^\]]+)\]", install)
     assert m, f"the install command names no extras: {install}"
-    table = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
-        "optional-dependencies"
-    ]
+    table = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     reqs = _extras_closure(set(m.group(1).split(",")), table)
     names = {re.split(r"[<>=!~\[ ]", r, maxsplit=1)[0].lower() for r in reqs}
     for needed in ("pytest", "hypothesis"):

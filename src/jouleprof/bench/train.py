@@ -174,6 +174,7 @@ def run_cell(cfg: CellConfig, out: str | Path) -> Path:
             "open": round(time.perf_counter() - t_enter, 3),
         }
         rec.extra["mode"] = cfg.mode
+        rec.extra["trained_on"] = str(wl.device())  # "cpu" or "cuda": which device trained
         rec.notes.append(cfg.warmup.describe())
         steps_log = _StepLog(
             CsvAppender(m.run_dir.path / STEPS_CSV, STEP_COLUMNS), m.clock.origin_ns

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from jouleprof.cli.console import err_console, fail, note, out_console
+from jouleprof.cli.console import err_console, fail, note, out_console, working
 
 _METHODS = ("proportional", "regression", "isolation")
 
@@ -36,39 +36,157 @@ def _fmt(v: float | None, spec: str, dash: str = "—") -> str:
     return dash if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
 
 
-def _table(phases: list[Any], title: str, confidence: float | None) -> Any:
-    """Per phase: time and energy per step, the interval, mean power, share of the step."""
+def _table(
+    phases: list[Any],
+    title: str,
+    confidence: float | None,
+    truth: dict[str, float | None] | None = None,
+) -> Any:
+    """Per phase: time and energy per step, the interval's half-width, mean power, share of
+    the step; with `truth` (a simulated run), each phase's true simulated energy per step.
+
+    Fits 80 columns: phase names are never cut ("forward/target" and "forward/context" both
+    read whole), the interval's bounds are in phases.csv and --json, and why a phase is
+    unresolved is numbered under the table, each reason once.
+    """
+    from rich import box
+    from rich.console import Group
     from rich.table import Table
+    from rich.text import Text
 
     from jouleprof.attribution.result import pct_text
 
-    level = f"{100 * confidence:.0f}% interval" if confidence else "interval"
-    t = Table(title=title, title_justify="left")
-    t.add_column("phase")
-    for col in ("time/step", "energy/step", level + "/step", "power", "share"):
-        t.add_column(col, justify="right")
-    any_unresolved = any(not p.resolved for p in phases)
-    if any_unresolved:
-        t.add_column("note")
+    level = f"±{100 * confidence:.0f}%" if confidence else "±"
+    t = Table(
+        title=title + " · per step", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False
+    )
+    longest = max((len(p.phase) for p in phases), default=5)
+    t.add_column("phase", no_wrap=True, min_width=longest)
+    for col in ("time", "energy", level, "power", "share"):
+        t.add_column(col, justify="right", no_wrap=True)
+    if truth is not None:
+        t.add_column("simulated", justify="right", style="magenta", no_wrap=True)
+    reasons: list[str] = []
     for p in phases:
         n = max(p.n_steps, 1)
         if p.resolved:
             hw = p.rel_halfwidth
-            interval = "—"
-            if p.energy_lo_j is not None and p.energy_hi_j is not None:
-                interval = f"{p.energy_lo_j / n:,.4g} … {p.energy_hi_j / n:,.4g} J"
-                interval += f" (±{pct_text(100 * hw)}%)" if hw is not None else ""
             row = [
                 f"{p.energy_j / n:,.4g} J",
-                interval,
-                f"{_fmt(p.mean_power_w, ',.1f')} W",
+                f"{pct_text(100 * hw)}%" if hw is not None else "—",
+                f"{_fmt(p.mean_power_w, '.0f')} W",
                 f"{p.share_pct:.1f}%" if p.share_pct is not None else "—",
             ]
-            row += [""] if any_unresolved else []
         else:
-            row = ["[yellow]unresolved[/]", "", "", "", f"[yellow]{p.note}[/]"]
-        t.add_row(p.phase, f"{1e3 * p.time_per_step_s:,.2f} ms", *row)
-    return t
+            if p.note not in reasons:
+                reasons.append(p.note)
+            row = [f"[yellow]? [{reasons.index(p.note) + 1}][/]", "", "", ""]
+        if truth is not None:
+            tv = truth.get(p.phase)
+            row.append(f"{tv / n:,.4g} J" if tv is not None else "—")
+        t.add_row(p.phase, f"{1e3 * p.time_per_step_s:,.4g} ms", *row)
+    if not reasons:
+        return t
+    notes = [Text(f"[{i}] unresolved: {r}", style="yellow") for i, r in enumerate(reasons, 1)]
+    return Group(t, *notes)
+
+
+def results_from_frame(df) -> list[Any]:
+    """PhaseResults from a phases table (phases.csv / phases_<method>.csv); NaN as None."""
+    import math as _m
+
+    from jouleprof.attribution.result import PhaseResult
+
+    def val(v: Any) -> Any:
+        if v is None or (isinstance(v, float) and _m.isnan(v)):
+            return None
+        return v.item() if hasattr(v, "item") else v
+
+    out = []
+    for r in df.to_dict("records"):
+        resolved = bool(val(r.get("resolved")) if r.get("resolved") is not None else True)
+        energy = val(r.get("energy_j"))
+        out.append(
+            PhaseResult(
+                phase=str(r["phase"]),
+                time_s=float(r["time_s"]),
+                time_per_step_s=float(val(r.get("time_per_step_s")) or 0.0),
+                energy_j=energy if resolved else None,
+                energy_lo_j=val(r.get("energy_lo_j")),
+                energy_hi_j=val(r.get("energy_hi_j")),
+                mean_power_w=val(r.get("mean_power_w")),
+                share_pct=val(r.get("share_pct")),
+                method=str(r.get("method", "")),
+                resolved=resolved and energy is not None,
+                note=str(val(r.get("note")) or ""),
+                device=str(val(r.get("device")) or ""),
+                n_steps=int(val(r.get("n_steps")) or 0),
+            )
+        )
+    return out
+
+
+def _simulated(run_dir: Path) -> dict[str, Any] | None:
+    """run.json's record of a simulated GPU, where the run has one."""
+    from jouleprof.errors import RunDirError
+    from jouleprof.store.rundir import RunDir
+
+    try:
+        rec = RunDir(run_dir).read_record()
+    except RunDirError:
+        return None
+    sim = rec.extra.get("simulated_gpu")
+    return sim if isinstance(sim, dict) else None
+
+
+def _simulated_truth(run_dir: Path, sim: dict[str, Any], result) -> dict[str, float | None]:
+    """Each phase row's true simulated energy over the steps this attribution analysed."""
+    from jouleprof.bench.simulate import true_energies
+    from jouleprof.store.rundir import RunDir
+
+    powers = {k: float(w) for k, w in (sim.get("phase_power_w") or {}).items()}
+    return true_energies(RunDir(run_dir).read_spans(), powers, result)
+
+
+def write_method_files(run_dir: Path, result, truth: dict[str, float | None] | None) -> Path:
+    """phases_<method>.csv for this method, and phases.csv too when the method is the
+    regression (phases.csv is always the regression's). Returns the method's own file."""
+    from jouleprof.store.rundir import RunDir
+
+    rd = RunDir(run_dir)
+    df = result.to_frame()
+    if truth is not None:
+        df["source"] = "simulated"
+        df["true_energy_j"] = [truth.get(p) for p in df["phase"]]
+    path = rd.write_phases(df, f"phases_{result.method}.csv")
+    if result.method == "regression":
+        rd.write_phases(df)
+    return path
+
+
+def print_phases_file(run_dir: Path, name: str = "phases.csv") -> bool:
+    """Print a run's phases table as written (one table per device), the simulated truth
+    beside it where the run is simulated. False when there is no such file."""
+    from jouleprof.store.rundir import RunDir
+
+    rd = RunDir(run_dir)
+    if not rd.has(name):
+        return False
+    df = rd.read_phases(name)
+    simulated = "source" in df.columns and (df["source"] == "simulated").any()
+    for dev, part in df.groupby(df["device"] if "device" in df.columns else [""] * len(df)):
+        phases = results_from_frame(part)
+        method = phases[0].method if phases else "?"
+        n = phases[0].n_steps if phases else 0
+        truth = None
+        if simulated and "true_energy_j" in part.columns:
+            truth = {
+                str(ph): (None if v != v else float(v))
+                for ph, v in zip(part["phase"], part["true_energy_j"], strict=True)
+            }
+        label = " · [bold magenta]SIMULATED GPU[/]" if simulated else ""
+        out_console.print(_table(phases, f"{dev} · {method} · {n} steps{label}", None, truth))
+    return True
 
 
 def attribute_cmd(
@@ -145,7 +263,7 @@ def attribute_cmd(
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
     """Attribute a run's energy to its phases and write phases.csv (works offline, no GPU)."""
-    from jouleprof.attribution import attribute, write_phases
+    from jouleprof.attribution import attribute
 
     if method not in _METHODS:
         fail(f"unknown --method {method!r}: choose one of {', '.join(_METHODS)}")
@@ -168,12 +286,14 @@ def attribute_cmd(
             except ValueError as e:
                 fail(str(e))
             opts.update(instant_window_s=window_s, instant_kernel=boxes)
-    if json_out:
+    sim = _simulated(run_dir)
+    if sim is not None and device is None:
+        device = sim.get("device", "sim0")
+        err_console.print(f"[bold magenta]{sim.get('note', 'SIMULATED GPU')}[/]", highlight=False)
+    with working(f"attributing {run_dir} by {method}…", quiet=json_out):
         result = attribute(run_dir, method, device, warmup_steps, **opts)
-    else:
-        with err_console.status(f"attributing {run_dir} by {method}…"):
-            result = attribute(run_dir, method, device, warmup_steps, **opts)
-    path = write_phases(run_dir, result)
+    truth = _simulated_truth(run_dir, sim, result) if sim is not None else None
+    path = write_method_files(run_dir, result, truth)
     if json_out:
         doc = result.to_json()
         doc["phases_csv"] = str(path)
@@ -200,7 +320,9 @@ def attribute_cmd(
             f"({dev.warmup_steps} warm-up excluded) · step {1e3 * dev.step_time_s:,.1f} ms, "
             f"{per_step}"
         )
-        out_console.print(_table(dev.phases, title, dev.diagnostics.get("confidence")))
+        if sim is not None:
+            title += " · [bold magenta]SIMULATED GPU[/]"
+        out_console.print(_table(dev.phases, title, dev.diagnostics.get("confidence"), truth))
         for n in dev.notes:
             note(f"{dev.device}: {n}")
         if dev.method == "regression":
@@ -220,7 +342,8 @@ def attribute_cmd(
         out_console.print(
             _table(result.total, title, confidence if method == "regression" else None)
         )
-    note(f"wrote {path}")
+    also = " and phases.csv" if method == "regression" else ""
+    note(f"wrote {path}{also}")
 
 
 def register(app: typer.Typer) -> None:

@@ -28,22 +28,84 @@ def fail(message: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
-def figure_text(f: Figure) -> str:
+def figure_text(f: Figure, reasons: list[str] | None = None) -> str:
+    """One figure as text. With `reasons`, an unavailable figure's reason is numbered there
+    once (shown under the table) and the figure refers to it: the same reason is said once."""
     if f.value is None:
-        return f"[yellow]unavailable[/] ({f.reason})"
+        if reasons is None:
+            return f"[yellow]unavailable[/] ({f.reason})"
+        reason = f.reason or ""
+        # A reason that quotes an earlier one refers to it instead of repeating it.
+        for i, earlier in enumerate(list(reasons), 1):
+            if earlier and earlier != reason and earlier in reason:
+                reason = reason.replace(earlier, f"see [{i}]")
+        if reason not in reasons:
+            reasons.append(reason)
+        return f"[yellow]unavailable[/] [{reasons.index(reason) + 1}]"
     s = f"{f.value / 2**20:,.0f} MiB" if f.unit == "B" else f"{f.value:,.4g} {f.unit}"
     if f.lo is not None and f.hi is not None and f.unit != "B":
         s += f"  [{f.lo:,.4g} … {f.hi:,.4g}]"
     src = f.source.value + (f", {f.signal}" if f.signal else "")
+    if f.source.value == "simulated":
+        return f"{s}  [bold magenta](SIMULATED)[/]"
     return f"{s}  [dim]({src})[/]"
 
 
 def summary_table(summary: dict[str, Figure], title: str) -> Any:
+    """The run's figures; the reasons of unavailable ones listed once, numbered, below."""
+    from rich.console import Group
     from rich.table import Table
+    from rich.text import Text
 
     t = Table(title=title, show_lines=False)
-    t.add_column("figure")
+    t.add_column("figure", no_wrap=True)
     t.add_column("value")
+    reasons: list[str] = []
     for k, f in summary.items():
-        t.add_row(k, figure_text(f))
-    return t
+        t.add_row(k, figure_text(f, reasons))
+    if not reasons:
+        return t
+    notes = [Text(f"[{i}] unavailable: {r}", style="yellow") for i, r in enumerate(reasons, 1)]
+    return Group(t, *notes)
+
+
+class working:
+    """`with working("attributing …"):` a spinner with the elapsed time on stderr while a long
+    call runs, then one line saying how long it took (nothing when `quiet`)."""
+
+    def __init__(self, message: str, quiet: bool = False) -> None:
+        self.message = message
+        self.quiet = quiet
+        self._progress: Any = None
+
+    def __enter__(self) -> working:
+        import time
+
+        self._t0 = time.perf_counter()
+        if self.quiet:
+            return self
+        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        self._progress = Progress(
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            TimeElapsedColumn(),
+            console=err_console,
+            transient=True,
+        )
+        self._progress.start()
+        self._task = self._progress.add_task(self.message, total=None)
+        return self
+
+    def update(self, message: str) -> None:
+        """Change the line's text (a stage of the work)."""
+        if self._progress is not None:
+            self._progress.update(self._task, description=message)
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        import time
+
+        if self._progress is not None:
+            self._progress.stop()
+            if exc_type is None:
+                note(f"{self.message.rstrip('…')} took {time.perf_counter() - self._t0:,.1f} s")

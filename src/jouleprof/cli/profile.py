@@ -28,8 +28,13 @@ def profile_cmd(
     ] = "fake",
     num_workers: Annotated[int | None, typer.Option(help="Data-loader workers.")] = None,
     overhead_pairs: Annotated[
-        int, typer.Option(help="Fine mode: interleaved overhead block pairs.")
-    ] = 4,
+        int | None,
+        typer.Option(
+            help="Fine mode: interleaved overhead block pairs (default: 4 where the workload "
+            "trains on a GPU, 0 on a CPU, where the recorder's overhead says nothing of a GPU's).",
+            show_default=False,
+        ),
+    ] = None,
     overhead_block_steps: Annotated[
         int,
         typer.Option(
@@ -79,10 +84,31 @@ def profile_cmd(
     grad_accum_steps: Annotated[
         int | None, typer.Option(help="Micro-batches per optimizer step.")
     ] = None,
+    simulate_gpu: Annotated[
+        bool | None,
+        typer.Option(
+            "--simulate-gpu/--no-simulate-gpu",
+            help="Where no NVIDIA GPU was measured (fine mode): drive the package's simulated GPU "
+            "with the recorded phase times, then attribute its energy, so attribution can be "
+            "seen at work. Every figure from it is labelled SIMULATED. Default: on where no "
+            "GPU was measured.",
+            show_default=False,
+        ),
+    ] = None,
+    max_warmup_steps: Annotated[
+        int | None,
+        typer.Option(
+            help="Stop waiting for step times to settle after this many warm-up steps "
+            "(default: 50 on a GPU, 10 on a CPU, whose step times rarely settle).",
+            min=1,
+            show_default=False,
+        ),
+    ] = None,
     report: Annotated[bool, typer.Option(help="Write report.html into the run directory.")] = True,
 ) -> None:
     """Train WORKLOAD, measure it, attribute each phase's energy, and write a report."""
     from jouleprof.bench.train import CellConfig, run_cell
+    from jouleprof.bench.warmup import WarmupRule
     from jouleprof.cli.measure import parse_gpus
     from jouleprof.errors import JouleprofError
     from jouleprof.measurement import DEFAULT_RUNS_DIR
@@ -99,6 +125,10 @@ def profile_cmd(
         if v is not None
     }
     fine = mode == "fine"
+    on_gpu = _trains_on_gpu()
+    if overhead_pairs is None:
+        overhead_pairs = 4 if fine and on_gpu else 0
+    warmup = WarmupRule(max_steps=max_warmup_steps or (50 if on_gpu else 10))
     try:
         cfg = CellConfig(
             workload=workload,
@@ -117,6 +147,7 @@ def profile_cmd(
             power_buffer=power_buffer,
             gpus=parse_gpus(gpus),
             overrides=overrides,
+            warmup=warmup,
         )
     except ValueError as e:
         fail(str(e))
@@ -131,10 +162,25 @@ def profile_cmd(
         note(f"interrupted: {path} holds everything recorded until then")
         raise typer.Exit(130) from None
     rec = RunDir(path).read_record()
+    if fine and simulate_gpu is not False and not rec.extra.get("oom"):
+        _simulate_if_unmeasured(path, rec, forced=simulate_gpu is True)
+        rec = RunDir(path).read_record()
     err_console.print(summary_table(rec.summary, f"{rec.run_id} ({rec.status.value})"))
+    trained = rec.extra.get("trained_on")
+    if trained:
+        note(f"trained on: {trained}")
+    reasons = set()
     for method, st in (rec.extra.get("attribution") or {}).items():
         if isinstance(st, dict) and not st.get("ok", True):
-            note(f"attribution by {method} not possible: {st.get('reason')}")
+            r = st.get("reason")
+            note(f"attribution by {method} not possible" + ("" if r in reasons else f": {r}"))
+            reasons.add(r)
+    from jouleprof.cli.attribute import print_phases_file
+
+    print_phases_file(path)
+    sim = rec.extra.get("simulated_gpu")
+    if sim:
+        err_console.print(f"[bold magenta]{sim['note']}[/]", highlight=False)
     if report:
         from jouleprof.report.html import write_run_report
 
@@ -143,6 +189,40 @@ def profile_cmd(
     note(f"run directory: {path}")
     if rec.extra.get("oom"):
         raise typer.Exit(1)
+
+
+def _trains_on_gpu() -> bool:
+    """Whether torch sees a CUDA GPU here (the workloads train there when it does)."""
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
+def _simulate_if_unmeasured(path: Path, rec, forced: bool) -> None:
+    """Run the simulated GPU on the recorded phases where no real GPU was measured."""
+    from jouleprof.bench.simulate import gpu_was_measured, simulate_run
+    from jouleprof.errors import JouleprofError
+    from jouleprof.store.rundir import RunDir
+
+    rd = RunDir(path)
+    if gpu_was_measured(rd):
+        if forced:
+            note("--simulate-gpu ignored: this run measured a real GPU")
+        return
+    if not rd.has("spans.csv") or (path / "spans.csv").stat().st_size == 0:
+        return
+    gpu = rec.summary.get("gpu_energy_j")
+    why = (gpu.reason if gpu is not None else None) or "no NVIDIA GPU was measured"
+    try:
+        with err_console.status(
+            "no NVIDIA GPU measured: driving the simulated GPU with the recorded phases and "
+            "attributing its energy…"
+        ):
+            simulate_run(path, why)
+    except JouleprofError as e:
+        note(f"simulated GPU not run: {e}")
 
 
 def register(app: typer.Typer) -> None:

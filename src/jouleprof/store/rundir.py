@@ -176,8 +176,9 @@ class RunDir:
         df["phase"] = df["phase"].astype(str)
         return df
 
-    def read_phases(self):  # -> pandas.DataFrame
-        return self._read_csv(PHASES_CSV, PHASE_COLUMNS)
+    def read_phases(self, name: str = PHASES_CSV):  # -> pandas.DataFrame
+        """phases.csv (or phases_<method>.csv) as a DataFrame."""
+        return self._read_csv(name, PHASE_COLUMNS)
 
     def write_phases(self, df, name: str = PHASES_CSV) -> Path:
         """Write phases.csv (or another `name`, e.g. phases_regression.csv) atomically; `df`
