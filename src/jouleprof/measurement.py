@@ -181,6 +181,11 @@ def measure(
         cfg = MeasureConfig(**{**asdict(cfg), **overrides})
     run_id = new_run_id(cfg.kind)
     path = Path(out) if out is not None else Path(DEFAULT_RUNS_DIR) / run_id
+    from jouleprof.distributed.hook import rank_plan
+
+    plan = rank_plan(out, path, cfg)  # under torchrun: this rank's directory and GPU; else None
+    if plan is not None:
+        path, cfg = plan.path, plan.config
     discovery = open_sensors(
         list(cfg.gpus) if cfg.gpus is not None else None,
         rapl=cfg.rapl,
@@ -202,6 +207,8 @@ def measure(
         sensors = list(discovery.sensors)
         if cfg.simulate_gpu_w is not None:
             sensors.append(_simulated_gpu(cfg.simulate_gpu_w, clock))
+        if plan is not None:
+            sensors.extend(plan.sensors(clock))
         writer = run_dir.sample_writer()
         scfg = SamplerConfig(
             interval_s=cfg.interval_s,
@@ -255,6 +262,8 @@ def measure(
             writer.close()
             record.extra["gpu_sharing"].append(_gpu_sharing(discovery.sensors, "end"))
             _finish(m, idle, status, discovery)
+            if plan is not None:
+                plan.finish(m)  # rank report; rank 0 writes the job's reduced run.json
     finally:
         discovery.close()
 

@@ -203,6 +203,7 @@ class BertSession:
         self._gen.manual_seed(cfg.seed if data_seed is None else data_seed)
         self.fixed_batch = make_batch(cfg, device, self._gen)
         self.samples_per_step = cfg.batch
+        self.first_loss: float | None = None
         self.setup_timing_s = {"model_build": round(time.perf_counter() - t0, 3)}
 
     def _autocast(self):
@@ -236,6 +237,8 @@ class BertSession:
                 self.optimizer.zero_grad(set_to_none=True)
         if sync:
             self.sync()
+        if self.first_loss is None:  # once: a check that strategies compute the same step
+            self.first_loss = float(loss.detach().float().item())
         self.last_loss = loss
         return time.perf_counter() - t0
 
@@ -264,6 +267,7 @@ class BertSession:
             "flops_per_sample": counts["train_flops"] / self.cfg.batch,
             "train_flops_per_step": counts["train_flops"],
             "optimizer_impl": self.optimizer_impl,
+            "first_loss": self.first_loss,
         }
 
     def peak_memory_bytes(self) -> int | None:
