@@ -10,7 +10,11 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "measure", "Sampler", "PhaseRecorder"]
+# Imported at once (it is light): the submodule jouleprof.profile would otherwise shadow the
+# class of the same name as an attribute of the package.
+from jouleprof.profile import profile  # noqa: E402
+
+__all__ = ["__version__", "profile", "measure", "Sampler", "PhaseRecorder"]
 
 if TYPE_CHECKING:  # pragma: no cover
     from jouleprof.measurement import measure

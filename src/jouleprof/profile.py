@@ -1,0 +1,231 @@
+"""`with jouleprof.profile("runs/x") as prof:` — measure a training loop phase by phase.
+
+One object for a user's own loop: it measures in fine style (the energy counter at every
+refresh, 20 ms power reads, NVML's power buffer where the GPU offers it), records the phases
+the loop marks, and on exit attributes the energy to them and prints the phase table::
+
+    import jouleprof
+
+    with jouleprof.profile("runs/mine") as prof:
+        for batch in loader:
+            with prof.step():
+                with prof.phase("data"):
+                    x, y = batch[0].cuda(non_blocking=True), batch[1].cuda(non_blocking=True)
+                with prof.phase("forward"):
+                    loss = model(x, y)
+                with prof.phase("backward"):
+                    loss.backward()
+                with prof.phase("optimizer"):
+                    opt.step(); opt.zero_grad()
+    print(prof.phases)            # the phase table (a DataFrame), also in runs/mine/phases.csv
+
+Attribution is the regression, falling back to the proportional split where the regression
+cannot be made (too few sensor intervals, say); the method column says which. On a machine
+with no NVIDIA GPU the recorded phase times drive the package's simulated GPU instead, and
+every figure from it is labelled simulated (see `jouleprof.bench.simulate`).
+
+Underneath it is `jouleprof.measure` and a `PhaseRecorder`, which stay available for loops that
+need them separately.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from jouleprof.errors import JouleprofError
+
+log = logging.getLogger(__name__)
+
+METHODS = ("regression", "proportional")
+
+
+class profile:  # noqa: N801 - used as `with jouleprof.profile(...)`, like a function
+    """Measure, record phases, attribute and print, around a `with` block.
+
+    Args:
+        out: the run directory to create; None: jouleprof-runs/<run_id>.
+        gpus: GPU indices to measure (None: every visible GPU).
+        interval_s: period of the cheap power reads.
+        power_buffer: also record NVML's ~20 ms power-sample buffer (the regression's densest
+            rows) where the GPU offers it.
+        warmup_steps: leading steps the attribution excludes; None: until step times settle.
+        report: print the phase table on exit (to stderr/stdout through rich).
+        attribute: attribute the energy to the phases on exit (False: only record).
+        simulate: where no NVIDIA GPU was measured, drive the simulated GPU with the recorded
+            phase times (None or True: do so; False: do not).
+        sync: time phases by synchronizing the device at every boundary (the classic, slower
+            method, for comparison) instead of CUDA events.
+        device: the CUDA device the phases run on (None: the current one, else host times).
+
+    After the block: `prof.run_dir` (Path), `prof.phases` (the phases table, a DataFrame, or
+    None), `prof.method` (which method made it), `prof.summary` (the run's figures),
+    `prof.measurement` (the underlying `Measurement`), `prof.recorder` (the `PhaseRecorder`).
+    """
+
+    def __init__(
+        self,
+        out: str | os.PathLike[str] | None = None,
+        *,
+        gpus: tuple[int, ...] | list[int] | None = None,
+        interval_s: float = 0.02,
+        power_buffer: bool = True,
+        warmup_steps: int | None = None,
+        report: bool = True,
+        attribute: bool = True,
+        simulate: bool | None = None,
+        sync: bool = False,
+        device: Any = None,
+    ) -> None:
+        if warmup_steps is not None and warmup_steps < 0:
+            raise ValueError(f"warmup_steps must be ≥ 0 or None, got {warmup_steps}")
+        if not interval_s > 0:
+            raise ValueError(f"interval_s must be > 0 seconds, got {interval_s}; try 0.02")
+        self.out = out
+        self.gpus = tuple(gpus) if gpus is not None else None
+        self.interval_s = interval_s
+        self.power_buffer = power_buffer
+        self.warmup_steps = warmup_steps
+        self.report = report
+        self.do_attribute = attribute
+        self.simulate = simulate
+        self.sync = sync
+        self.device = device
+        self.measurement: Any = None
+        self.recorder: Any = None
+        self.run_dir: Path | None = None
+        self.phases: Any = None
+        self.method: str | None = None
+        self._cm: Any = None
+
+    # -- the loop's interface ------------------------------------------------------------------
+
+    def step(self):
+        """Context of one training step."""
+        return self._rec().step()
+
+    def phase(self, name: str):
+        """Context of one phase inside (or just before) a step; phases nest ("forward/x")."""
+        return self._rec().phase(name)
+
+    def _rec(self):
+        if self.recorder is None:
+            raise JouleprofError(
+                "prof.step() and prof.phase() work inside `with jouleprof.profile(...) as prof:`"
+            )
+        return self.recorder
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        return self.measurement.summary if self.measurement is not None else {}
+
+    # -- the context ---------------------------------------------------------------------------
+
+    def __enter__(self) -> profile:
+        from jouleprof.bench.modes import Mode
+        from jouleprof.measurement import measure
+        from jouleprof.timeline.recorder import PhaseRecorder
+
+        cfg = replace(
+            Mode.FINE.measure_config(self.gpus, self.interval_s),
+            kind="profile",
+            power_buffer=self.power_buffer,
+        )
+        self._cm = measure(self.out, cfg, run_config={"profile": {"sync": self.sync}})
+        m = self._cm.__enter__()
+        self.measurement = m
+        self.run_dir = m.run_dir.path
+        try:
+            self.recorder = PhaseRecorder(
+                m.clock, m.span_writer(), device=self.device, sync=self.sync, record=m.record
+            )
+        except BaseException as e:
+            self._cm.__exit__(type(e), e, e.__traceback__)
+            raise
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        try:
+            self.recorder.close()
+        finally:
+            # measure() marks the run complete, or incomplete after an exception (data kept).
+            suppressed = self._cm.__exit__(exc_type, exc, tb)
+        if exc_type is None and self.do_attribute:
+            self._attribute()
+        return bool(suppressed)
+
+    # -- after the block -----------------------------------------------------------------------
+
+    def _attribute(self) -> None:
+        from jouleprof.bench.simulate import gpu_was_measured, simulate_run
+        from jouleprof.cli.console import note, working
+        from jouleprof.store.rundir import RunDir
+
+        rd = RunDir(self.run_dir)
+        if not rd.has("spans.csv") or (rd.path / "spans.csv").stat().st_size == 0:
+            note("jouleprof.profile: no phases were recorded (use prof.step()/prof.phase())")
+            return
+        quiet = not self.report
+        if not gpu_was_measured(rd):
+            if self.simulate is False:
+                if not quiet:
+                    note("jouleprof.profile: no NVIDIA GPU was measured: nothing to attribute")
+                return
+            gpu = self.measurement.summary.get("gpu_energy_j")
+            why = (getattr(gpu, "reason", None)) or "no NVIDIA GPU was measured"
+            with working("no NVIDIA GPU: attributing a simulated GPU's energy…", quiet=quiet):
+                try:
+                    info = simulate_run(rd.path, why, warmup_steps=self.warmup_steps)
+                except JouleprofError as e:
+                    note(f"jouleprof.profile: simulated GPU not run: {e}")
+                    return
+            self.method = info.get("phases_csv_method")
+        else:
+            self.method = self._attribute_measured(rd, quiet)
+        if rd.has("phases.csv"):
+            self.phases = rd.read_phases()
+        if self.report:
+            self._print()
+
+    def _attribute_measured(self, rd, quiet: bool) -> str | None:
+        """Regression, then proportional: phases_<method>.csv each, phases.csv the first that
+        succeeds; run.json extra.attribution says what each did."""
+        from jouleprof.attribution.api import attribute
+        from jouleprof.cli.console import note, working
+
+        status: dict[str, Any] = {}
+        chosen = None
+        for method in METHODS:
+            try:
+                with working(f"attributing by {method}…", quiet=quiet):
+                    res = attribute(rd.path, method, warmup_steps=self.warmup_steps)
+            except JouleprofError as e:
+                status[method] = {"ok": False, "reason": str(e)}
+                if not quiet:
+                    note(f"attribution by {method} not possible: {e}")
+                continue
+            df = res.to_frame()
+            rd.write_phases(df, f"phases_{method}.csv")
+            status[method] = {"ok": True}
+            if chosen is None:
+                rd.write_phases(df)
+                chosen = method
+        rec = rd.read_record()
+        rec.extra["attribution"] = status
+        rec.extra["attribution_phases_csv"] = chosen
+        rd.write_record(rec)
+        return chosen
+
+    def _print(self) -> None:
+        from jouleprof.cli.attribute import print_phases_file
+        from jouleprof.cli.console import err_console, note
+        from jouleprof.store.rundir import RunDir
+
+        print_phases_file(self.run_dir)
+        sim = RunDir(self.run_dir).read_record().extra.get("simulated_gpu")
+        if sim:
+            err_console.print(f"[bold magenta]{sim['note']}[/]", highlight=False)
+        note(f"run directory: {self.run_dir}")

@@ -1,0 +1,120 @@
+"""`with jouleprof.profile(dir) as prof:` — one object for a user's own loop.
+
+On this machine (no NVIDIA GPU) the recorded phase times drive the simulated GPU; a run
+directory with GPU readings (built from the simulated training run) exercises the measured
+path's regression-then-proportional choice.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pandas as pd
+import pytest
+
+import jouleprof
+from jouleprof.errors import JouleprofError
+from jouleprof.sensors.simulated_workload import PhaseSpec, simulate_training
+from jouleprof.store.rundir import RunDir
+from jouleprof.types import RunRecord, Sample, Span
+
+
+def _busy(seconds: float) -> None:
+    t_end = time.perf_counter() + seconds
+    while time.perf_counter() < t_end:
+        pass
+
+
+def _loop(prof, steps: int) -> None:
+    for _ in range(steps):
+        with prof.step():
+            with prof.phase("data"):
+                time.sleep(0.03)
+            with prof.phase("forward"):
+                _busy(0.05)
+            with prof.phase("backward"):
+                _busy(0.09)
+
+
+def test_one_object_measures_records_attributes_and_prints(tmp_path, capsys):
+    out = tmp_path / "run"
+    with jouleprof.profile(out, warmup_steps=1) as prof:
+        _loop(prof, 40)
+    assert prof.run_dir == out
+    rec = json.loads((out / "run.json").read_text())
+    assert rec["status"] == "complete" and rec["kind"] == "profile"
+    # fine style: the counter at every refresh
+    assert rec["config"]["measure"]["counter_interval_s"] == pytest.approx(0.1)
+    spans = pd.read_csv(out / "spans.csv")
+    assert set(spans["phase"]) == {"data", "forward", "backward"}
+    assert spans["step"].nunique() == 40
+    # no GPU here: the simulated GPU, labelled, attributed by the regression
+    assert rec["extra"]["simulated_gpu"]["source"] == "simulated"
+    assert prof.method == "regression"
+    table = prof.phases.set_index("phase")
+    assert set(table["source"]) == {"simulated"}
+    b = table.loc["backward"]
+    assert b["resolved"] and b["energy_j"] == pytest.approx(b["true_energy_j"], rel=0.05)
+    printed = capsys.readouterr()
+    assert "backward" in printed.out and "SIMULATED" in printed.out
+    assert str(out) in printed.err
+
+
+def test_report_false_prints_nothing_and_attribute_false_writes_no_phases(tmp_path, capsys):
+    with jouleprof.profile(tmp_path / "quiet", report=False, warmup_steps=0) as prof:
+        _loop(prof, 12)
+    assert (tmp_path / "quiet" / "phases.csv").is_file()
+    with jouleprof.profile(tmp_path / "raw", attribute=False, report=False) as prof:
+        _loop(prof, 3)
+    assert not (tmp_path / "raw" / "phases.csv").exists()
+    assert (tmp_path / "raw" / "spans.csv").is_file() and prof.phases is None
+    assert capsys.readouterr().out == ""
+
+
+def test_an_exception_in_the_loop_keeps_the_data_and_skips_attribution(tmp_path):
+    out = tmp_path / "boom"
+    with pytest.raises(RuntimeError, match="boom"), jouleprof.profile(out) as prof:
+        _loop(prof, 2)
+        raise RuntimeError("boom")
+    rec = json.loads((out / "run.json").read_text())
+    assert rec["status"] == "incomplete"
+    assert pd.read_csv(out / "spans.csv")["step"].nunique() == 2
+    assert not (out / "phases.csv").exists()
+
+
+def test_step_outside_the_block_and_bad_arguments_say_what_to_do(tmp_path):
+    prof = jouleprof.profile(tmp_path / "x")
+    with pytest.raises(JouleprofError, match="inside"):
+        prof.step()
+    with pytest.raises(ValueError, match="warmup_steps"):
+        jouleprof.profile(tmp_path / "y", warmup_steps=-1)
+    with pytest.raises(ValueError, match="interval_s"):
+        jouleprof.profile(tmp_path / "y", interval_s=0)
+
+
+def test_measured_runs_take_the_regression_and_write_each_methods_file(tmp_path):
+    sim = simulate_training(
+        [PhaseSpec("forward", 0.12, 480.0), PhaseSpec("backward", 0.2, 600.0)], 60, seed=3
+    )
+    rd = RunDir.create(tmp_path / "gpu", RunRecord(run_id="gpu", kind="profile"))
+    w = rd.sample_writer()
+    w.write(
+        [
+            Sample(**{**{f: getattr(s, f) for f in s.__slots__}, "device": "gpu0"})
+            for s in sim.samples
+        ]
+    )
+    w.close()
+    w = rd.span_writer()
+    w.write([Span(s.step, s.phase, s.t0_s, s.t1_s) for s in sim.spans])
+    w.close()
+    prof = jouleprof.profile(rd.path, warmup_steps=1)
+    assert prof._attribute_measured(rd, quiet=True) == "regression"
+    for name in ("phases.csv", "phases_regression.csv", "phases_proportional.csv"):
+        assert rd.has(name)
+    assert set(pd.read_csv(rd.path / "phases.csv")["method"]) == {"regression"}
+    truth = sim.true_energy_in_steps_j(set(range(1, 60)))
+    got = pd.read_csv(rd.path / "phases.csv").set_index("phase")
+    assert got.loc["backward", "energy_j"] == pytest.approx(truth["backward"], rel=0.02)
+    assert rd.read_record().extra["attribution"]["proportional"]["ok"]
