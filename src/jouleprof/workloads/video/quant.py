@@ -1,0 +1,75 @@
+"""Frozen quantized bases: every Linear of a backbone (its head excepted) as a bitsandbytes layer.
+
+- `bits=4`: `Linear4bit` with NF4 weights (QLoRA), double-quantized statistics, computing in the
+  precision's dtype;
+- `bits=8`: `Linear8bitLt` (LLM.int8, outlier threshold 6.0), frozen int8 weights.
+
+The weights are quantized when the model moves to the GPU (bitsandbytes' own behaviour), so
+`quantize_linears` runs on the CPU model and the caller moves it. Biases stay float and can
+train (BitFit on an int8 base).
+"""
+
+from __future__ import annotations
+
+from torch import nn
+
+from jouleprof.errors import JouleprofError
+
+
+def _bnb():
+    try:
+        import bitsandbytes as bnb
+    except ImportError as e:
+        raise JouleprofError(
+            "4-bit / 8-bit bases need bitsandbytes: pip install 'jouleprof[quant]' "
+            "(and a CUDA GPU)"
+        ) from e
+    return bnb
+
+
+def quantize_linears(model: nn.Module, bits: int, compute_dtype, skip: tuple[str, ...]) -> int:
+    """Replace each nn.Linear of `model` not under a `skip` prefix; returns how many."""
+    if bits not in (4, 8):
+        raise ValueError(f"bits must be 4 or 8, got {bits}")
+    bnb = _bnb()
+    targets = [
+        (name, m)
+        for name, m in model.named_modules()
+        if type(m) is nn.Linear and not any(name == s or name.startswith(s + ".") for s in skip)
+    ]
+    for name, lin in targets:
+        has_bias = lin.bias is not None
+        if bits == 4:
+            q = bnb.nn.Linear4bit(
+                lin.in_features, lin.out_features, bias=has_bias, compute_dtype=compute_dtype,
+                compress_statistics=True, quant_type="nf4",
+            )
+            q.weight = bnb.nn.Params4bit(
+                lin.weight.data.clone(), requires_grad=False, quant_type="nf4",
+                compress_statistics=True, module=q,
+            )
+        else:
+            q = bnb.nn.Linear8bitLt(
+                lin.in_features, lin.out_features, bias=has_bias, has_fp16_weights=False,
+                threshold=6.0,
+            )
+            q.weight = bnb.nn.Int8Params(
+                lin.weight.data.clone(), requires_grad=False, has_fp16_weights=False
+            )
+        if has_bias:
+            q.bias = nn.Parameter(lin.bias.data.clone())
+        parent_name, _, child = name.rpartition(".")
+        parent = model.get_submodule(parent_name) if parent_name else model
+        setattr(parent, child, q)
+    return len(targets)
+
+
+def logical_numel(p) -> int:
+    """A parameter's element count before packing (a 4-bit tensor stores two per byte)."""
+    qs = getattr(p, "quant_state", None)
+    if qs is not None and getattr(qs, "shape", None) is not None:
+        n = 1
+        for d in qs.shape:
+            n *= int(d)
+        return n
+    return p.numel()
