@@ -364,3 +364,51 @@ def aggregate_layers(ops, types: dict[str, str]) -> list[LayerFeatures]:
             )
         )
     return out
+
+
+def _scale_ops(ops1, ops2, batch: int) -> list[OpRecord] | None:
+    """Operator records at `batch` from the traces at batch 1 and 2 (every count here is affine
+    in the batch for a model without batch-dependent control flow); None if the traces differ."""
+    if len(ops1) != len(ops2):
+        return None
+    out = []
+    k = batch - 1
+    for a, b in zip(ops1, ops2, strict=True):
+        if (a.module, a.op, a.launches) != (b.module, b.op, b.launches):
+            return None
+        out.append(
+            OpRecord(
+                a.module,
+                a.op,
+                a.category,
+                a.dtype,
+                max(0.0, a.flops + k * (b.flops - a.flops)),
+                max(0.0, a.bytes_read + k * (b.bytes_read - a.bytes_read)),
+                max(0.0, a.bytes_written + k * (b.bytes_written - a.bytes_written)),
+                a.launches,
+                a.supported,
+            )  # fmt: skip
+        )
+    return out
+
+
+def features_at(f1: ModelFeatures, f2: ModelFeatures, batch: int, types: dict[str, str]):
+    """ModelFeatures at `batch` from traces at batch 1 and 2; None where they are not affine."""
+    ops = _scale_ops(f1.ops, f2.ops, int(batch))
+    if ops is None:
+        return None
+    return ModelFeatures(
+        f1.spec, int(batch), f1.precision, f1.input_shape, f1.params, f1.module_calls,
+        tuple(ops), tuple(aggregate_layers(ops, types)),
+    )  # fmt: skip
+
+
+def ops_table(feats: ModelFeatures):
+    """The operator records as a DataFrame (one row per call) with the trace's coordinates."""
+    import pandas as pd
+
+    df = pd.DataFrame([o.__dict__ for o in feats.ops])
+    df.insert(0, "spec", feats.spec)
+    df.insert(1, "precision", feats.precision)
+    df.insert(2, "batch", feats.batch)
+    return df

@@ -1,0 +1,99 @@
+"""The committed inference dataset, read back: measured whole-model windows, measured per-layer
+times, and the FakeTensor features of every configuration (from traces at batch 1 and 2).
+
+Layout of a dataset directory (benchmarks/results/predict_dataset/):
+    models_energy.csv  one row per measured window (predict_collect.py + predict_energy.py)
+    layers.csv         one row per module per configuration: its own time (CUDA events)
+    ops.parquet        the traces' operator records (spec, precision, batch in {1, 2}, ...)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from jouleprof.predict.features import ModelFeatures, OpRecord, aggregate_layers, features_at
+
+OP_FIELDS = ("module", "op", "category", "dtype", "flops", "bytes_read", "bytes_written",
+             "launches", "supported")  # fmt: skip
+
+
+@dataclass
+class Dataset:
+    models: object
+    """DataFrame of the measured windows with status ok and an energy (models_energy.csv)."""
+    layers: object
+    """DataFrame of per-layer times (layers.csv)."""
+    ops: object
+    """DataFrame of operator records (ops.parquet)."""
+    path: Path | None = None
+    _cache: dict = field(default_factory=dict, repr=False)
+
+    def features(self, spec: str, precision: str, batch: int) -> ModelFeatures | None:
+        """Features of one configuration (None: not traced)."""
+        key = (spec, precision, int(batch))
+        if key not in self._cache:
+            self._cache[key] = self._features(*key)
+        return self._cache[key]
+
+    def _traced(self, spec: str, precision: str, batch: int) -> ModelFeatures | None:
+        k = ("trace", spec, precision, batch)
+        if k not in self._cache:
+            g = self._by.get((spec, precision, batch))
+            if g is None:
+                self._cache[k] = None
+            else:
+                ops = tuple(OpRecord(*r) for r in g[list(OP_FIELDS)].itertuples(index=False))
+                layers = tuple(aggregate_layers(ops, self._types(spec)))
+                self._cache[k] = ModelFeatures(spec, batch, precision, (), 0, 0, ops, layers)
+        return self._cache[k]
+
+    def _types(self, spec: str) -> dict[str, str]:
+        if "types" not in self._cache:
+            t = self.layers[["spec", "module", "module_type"]].drop_duplicates()
+            self._cache["types"] = {
+                s: dict(zip(g["module"], g["module_type"], strict=False))
+                for s, g in t.groupby("spec")
+            }
+        return self._cache["types"].get(spec, {})
+
+    def _features(self, spec: str, precision: str, batch: int) -> ModelFeatures | None:
+        f1 = self._traced(spec, precision, 1)
+        if batch == 1 or f1 is None:
+            return f1
+        f2 = self._traced(spec, precision, 2)
+        if f2 is None:
+            return None
+        return f1 if batch == 1 else features_at(f1, f2, batch, self._types(spec))
+
+    @property
+    def _by(self) -> dict:
+        if "by" not in self._cache:
+            self._cache["by"] = {
+                (s, p, int(b)): g
+                for (s, p, b), g in self.ops.groupby(["spec", "precision", "batch"])
+            }
+        return self._cache["by"]
+
+
+def load_dataset(path: str | Path) -> Dataset:
+    """Read a dataset directory (ValueError naming the missing file)."""
+    import pandas as pd
+
+    p = Path(path)
+    need = {"models_energy.csv": None, "layers.csv": None, "ops.parquet": None}
+    for name in need:
+        f = p / name
+        if not f.exists() and not (p / (name + ".gz")).exists():
+            raise ValueError(
+                f"dataset {p} lacks {name} (collect it with benchmarks/predict_collect.py)"
+            )
+    models = pd.read_csv(p / "models_energy.csv")
+    models = models[(models["status"] == "ok") & models["energy_j"].notna()].reset_index(drop=True)
+    lay = p / "layers.csv"
+    layers = pd.read_csv(lay if lay.exists() else p / "layers.csv.gz")
+    layers["module"] = layers["module"].fillna("").astype(str)
+    ops = pd.read_parquet(p / "ops.parquet")
+    ops["module"] = ops["module"].fillna("").astype(str)
+    ops["dtype"] = ops["dtype"].fillna("").astype(str)
+    return Dataset(models, layers, ops, p)

@@ -1,0 +1,101 @@
+"""Fit the layer-wise predictor on measured rows (pure: data in, predictor out).
+
+    pred = fit_layerwise(ds, rows, gpu)        # rows: a subset of ds.models (training families)
+
+The three parts are fitted in order: layer times (gradient-boosted trees on the per-layer CUDA
+event times), the pass-time map (least squares in log space on whole-model windows), the energy
+terms (non-negative least squares on relative error).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from jouleprof.predict.dataset import Dataset
+from jouleprof.predict.layerwise import LayerwisePredictor, energy_terms, layer_matrix
+from jouleprof.predict.roofline import GpuSpec
+
+
+def _layer_training(ds: Dataset, rows, gpu: GpuSpec) -> tuple[np.ndarray, np.ndarray]:
+    lay = ds.layers
+    keyed = {k: g for k, g in lay.groupby(["spec", "precision", "batch"])}
+    xs, ys = [], []
+    for r in rows.drop_duplicates(["spec", "precision", "batch"]).itertuples():
+        feats = ds.features(r.spec, r.precision, int(r.batch))
+        g = keyed.get((r.spec, r.precision, int(r.batch)))
+        if feats is None or g is None:
+            continue
+        measured = dict(zip(g["module"], g["self_s"], strict=False))
+        x, keep = layer_matrix(feats, gpu)
+        for xi, (layer, _) in zip(x, keep, strict=True):
+            t = measured.get(layer.module)
+            if t is not None and t > 0:
+                xs.append(xi)
+                ys.append(math.log10(t))
+    if not xs:
+        raise ValueError("no per-layer times match the traced layers: cannot fit the layer model")
+    return np.asarray(xs), np.asarray(ys)
+
+
+def fit_time_model(x: np.ndarray, y: np.ndarray, seed: int = 0):
+    from sklearn.ensemble import HistGradientBoostingRegressor
+
+    from jouleprof.predict.layerwise import LAYER_FEATURES
+
+    cat = [LAYER_FEATURES.index("category")]
+    model = HistGradientBoostingRegressor(
+        max_iter=300, learning_rate=0.08, max_leaf_nodes=31, min_samples_leaf=20,
+        categorical_features=cat, random_state=seed,
+    )  # fmt: skip
+    return model.fit(x, y)
+
+
+def _model_terms(ds: Dataset, rows, gpu: GpuSpec, time_model):
+    """Per training row: (sum of predicted layer times, launches, energy terms, features)."""
+    out = []
+    for r in rows.itertuples():
+        feats = ds.features(r.spec, r.precision, int(r.batch))
+        if feats is None:
+            out.append(None)
+            continue
+        x, _ = layer_matrix(feats, gpu)
+        s = float((10.0 ** time_model.predict(x)).sum()) if len(x) else 0.0
+        out.append((s, feats.launches, energy_terms(feats)))
+    return out
+
+
+def fit_layerwise(ds: Dataset, rows, gpu: GpuSpec, *, seed: int = 0,
+                  log_err_q: dict | None = None) -> LayerwisePredictor:  # fmt: skip
+    """Fit on `rows` (DataFrame rows of ds.models with spec, precision, batch, passes, s_per_pass,
+    energy_j)."""
+    from scipy.optimize import nnls
+
+    x, y = _layer_training(ds, rows, gpu)
+    tm = fit_time_model(x, y, seed)
+    terms = _model_terms(ds, rows, gpu, tm)
+    ok = [i for i, t in enumerate(terms) if t is not None and t[0] > 0]
+    if len(ok) < 4:
+        raise ValueError(f"only {len(ok)} whole-model rows have features: need >= 4 to fit")
+    sub = rows.iloc[ok]
+    t_meas = sub["s_per_pass"].to_numpy(float)
+    e_pass = (sub["energy_j"] / sub["passes"]).to_numpy(float)
+    a = np.array([[1.0, math.log(terms[i][0]), math.log(max(terms[i][1], 1) * gpu.launch_s)]
+                  for i in ok])  # fmt: skip
+    coef, *_ = np.linalg.lstsq(a, np.log(t_meas), rcond=None)
+    # energy: relative residuals (each row divided by its measured energy), columns scaled
+    m = np.array([[t_meas[j], *terms[i][2]] for j, i in enumerate(ok)])
+    scale = np.maximum(np.abs(m).max(axis=0), 1e-30)
+    w = (m / scale) / e_pass[:, None]
+    k, _ = nnls(w, np.ones(len(ok)))
+    k = k / scale
+    info = {"n_layer_rows": int(len(y)), "n_model_rows": len(ok),
+            "families": sorted(set(sub["family"]))}  # fmt: skip
+    return LayerwisePredictor(
+        time_model=tm,
+        pass_coef=tuple(float(c) for c in coef),
+        energy_coef=tuple(float(v) for v in k),
+        log_err_q=log_err_q or {},
+        info=info,
+    )

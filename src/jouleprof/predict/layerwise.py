@@ -1,0 +1,197 @@
+"""The layer-wise inference predictor: per-layer time from the FakeTensor features, summed with
+launch gaps, and energy from time, FLOPs and bytes on top of the board's base power.
+
+Model (fitted on H200 measurements, `fit`):
+
+- layer time: gradient-boosted trees on the layer's roofline bound, FLOPs, bytes, launches,
+  kind and precision, trained on each module's own time (CUDA events at module entry and exit);
+- pass time: log T = a + b·log(sum of layer times) + c·log(launches · launch_s), so launch
+  gaps and the host's pace at small batches are learned from whole-model passes;
+- pass energy: E = p·T + k_half·F_tc,half + k_fp32·F_tc,fp32 + k_vec·F_other + k_mem·bytes
+  (non-negative least squares on whole-model windows; p·T carries the board's idle and base draw);
+- interval: the quantiles of the log error on held-out architecture families.
+
+`RooflinePredictor` is what ships until measured data exists: roofline time with a launch floor,
+power between the GPU file's idle and full-load figures by roofline utilization. It says
+`calibrated = False` wherever it is shown.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from jouleprof.predict.features import ModelFeatures
+from jouleprof.predict.opcount import CATEGORIES
+from jouleprof.predict.roofline import TENSOR_CORE_CATEGORIES, GpuSpec, layer_bounds
+
+CATEGORY_CODE = {c: i for i, c in enumerate(CATEGORIES)}
+LAYER_FEATURES = ("log_roof_s", "log_compute_s", "log_memory_s", "log_flops", "log_bytes",
+                  "launches", "category", "half", "log_batch", "tc_share")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class LayerPrediction:
+    module: str
+    module_type: str
+    flops: float
+    bytes: float
+    launches: int
+    roofline_s: float
+    bound: str
+    time_s: float
+    energy_j: float
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """What one pass of the model costs, predicted."""
+
+    spec: str
+    batch: int
+    precision: str
+    gpu: str
+    s_per_batch: float
+    j_per_sample: float
+    j_per_sample_lo: float
+    j_per_sample_hi: float
+    predictor: str
+    calibrated: bool
+    """False: an uncalibrated roofline estimate, not trained on measurements."""
+    validated: bool
+    """False: the target GPU is not the one the predictor was validated on (interval widened)."""
+    layers: tuple[LayerPrediction, ...] = field(repr=False)
+    unsupported: dict[str, int] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+    def to_dict(self, per_layer: bool = True) -> dict:
+        d = {k: getattr(self, k) for k in (
+            "spec", "batch", "precision", "gpu", "j_per_sample", "s_per_batch", "j_per_sample_lo",
+            "j_per_sample_hi", "predictor", "calibrated", "validated", "unsupported")}  # fmt: skip
+        d["notes"] = list(self.notes)
+        d["layers"] = [lp.__dict__ for lp in self.layers] if per_layer else []
+        return d
+
+
+def layer_matrix(feats: ModelFeatures, gpu: GpuSpec) -> tuple[np.ndarray, list]:
+    """Feature rows of the layers that launch kernels, and those layers' (features, bound)."""
+    bounds = layer_bounds(feats.ops, gpu, feats.layers)
+    rows, keep = [], []
+    for layer, b in zip(feats.layers, bounds, strict=True):
+        if layer.launches == 0:
+            continue
+        tc = sum(v for k, v in layer.flops_by_category.items() if k in TENSOR_CORE_CATEGORIES)
+        rows.append([
+            math.log10(b.roofline_s + 1e-9), math.log10(b.compute_s + 1e-9),
+            math.log10(b.memory_s + 1e-9), math.log10(layer.flops + 1.0),
+            math.log10(layer.bytes_total + 1.0), layer.launches,
+            CATEGORY_CODE.get(layer.main_category, CATEGORY_CODE["other"]),
+            1.0 if layer.dtype in ("bfloat16", "float16") else 0.0,
+            math.log2(feats.batch), tc / layer.flops if layer.flops else 0.0,
+        ])  # fmt: skip
+        keep.append((layer, b))
+    return np.asarray(rows, dtype=float).reshape(-1, len(LAYER_FEATURES)), keep
+
+
+def energy_terms(feats: ModelFeatures) -> np.ndarray:
+    """[F_tc,half, F_tc,fp32, F_other, bytes] of a pass (the energy model's non-time terms)."""
+    half = fp32 = other = 0.0
+    nbytes = 0.0
+    for o in feats.ops:
+        nbytes += o.bytes_read + o.bytes_written
+        if o.category in TENSOR_CORE_CATEGORIES:
+            if o.dtype in ("bfloat16", "float16"):
+                half += o.flops
+            else:
+                fp32 += o.flops
+        else:
+            other += o.flops
+    return np.array([half, fp32, other, nbytes])
+
+
+class RooflinePredictor:
+    """Uncalibrated: roofline time with a launch floor, power interpolated by utilization."""
+
+    name = "roofline (uncalibrated)"
+    calibrated = False
+
+    def predict(self, feats: ModelFeatures, gpu: GpuSpec) -> Prediction:
+        _, keep = layer_matrix(feats, gpu)
+        times = [max(b.roofline_s, layer.launches * gpu.launch_s) for layer, b in keep]
+        t = max(sum(times), feats.launches * gpu.launch_s)
+        roof = sum(b.roofline_s for _, b in keep)
+        idle = gpu.idle_w if gpu.idle_w is not None else 0.15 * (gpu.power_limit_w or 700.0)
+        full = gpu.full_load_w or gpu.power_limit_w or 700.0
+        util = min(1.0, roof / t) if t > 0 else 0.0
+        p = idle + (full - idle) * util
+        e = p * t
+        layers = tuple(
+            LayerPrediction(layer.module, layer.module_type, layer.flops, layer.bytes_total,
+                            layer.launches, b.roofline_s, b.bound, ti, e * ti / sum(times))
+            for (layer, b), ti in zip(keep, times, strict=True)
+        )  # fmt: skip
+        jps = e / feats.batch
+        # without measurements the bound is wide: a roofline is a floor on time, not a forecast
+        return Prediction(
+            feats.spec, feats.batch, feats.precision, gpu.name, t, jps, jps * 0.5, jps * 3.0,
+            self.name, False, gpu.validated, layers, feats.unsupported,
+            ("uncalibrated: a roofline estimate from the GPU file's ceilings, not trained on "
+             "measurements; the interval [0.5x, 3x] is a guess, not a validated bound",),
+        )  # fmt: skip
+
+
+@dataclass
+class LayerwisePredictor:
+    """The trained predictor (see the module docstring); `fit` builds one."""
+
+    time_model: object
+    """A fitted regressor on LAYER_FEATURES -> log10(layer time, s)."""
+    pass_coef: tuple[float, float, float]
+    """(a, b, c) of log T = a + b·log(sum layer times) + c·log(launches·launch_s)."""
+    energy_coef: tuple[float, float, float, float, float]
+    """(p_w, k_half, k_fp32, k_other, k_byte): J per second, per FLOP (x3), per byte."""
+    log_err_q: dict[str, tuple[float, float]]
+    """Per batch regime ("b1", "b<=16", "b>16"): 5th and 95th percentile of log(measured/predicted)
+    J/sample on held-out families."""
+    info: dict = field(default_factory=dict)
+    name = "layerwise (trained on H200 measurements)"
+    calibrated = True
+
+    def pass_time_s(self, layer_sum_s: float, launches: int, gpu: GpuSpec) -> float:
+        a, b, c = self.pass_coef
+        lt = math.log(max(launches, 1) * gpu.launch_s)
+        return math.exp(a + b * math.log(max(layer_sum_s, 1e-9)) + c * lt)
+
+    def predict(self, feats: ModelFeatures, gpu: GpuSpec) -> Prediction:
+        x, keep = layer_matrix(feats, gpu)
+        t_layers = 10.0 ** np.asarray(self.time_model.predict(x)) if len(x) else np.zeros(0)
+        t = self.pass_time_s(float(t_layers.sum()), feats.launches, gpu)
+        p, *k = self.energy_coef
+        terms = energy_terms(feats)
+        e = p * t + float(np.dot(k, terms))
+        scale = t / t_layers.sum() if t_layers.sum() > 0 else 0.0
+        layers = []
+        for (layer, b), tl in zip(keep, t_layers, strict=True):
+            tc = sum(v for c, v in layer.flops_by_category.items() if c in TENSOR_CORE_CATEGORIES)
+            half = layer.dtype in ("bfloat16", "float16")
+            el = (p * tl * scale + k[0] * tc * half + k[1] * tc * (not half)
+                  + k[2] * (layer.flops - tc) + k[3] * layer.bytes_total)  # fmt: skip
+            layers.append(LayerPrediction(layer.module, layer.module_type, layer.flops,
+                                          layer.bytes_total, layer.launches, b.roofline_s,
+                                          b.bound, float(tl * scale), float(el)))  # fmt: skip
+        regime = "b1" if feats.batch == 1 else "b<=16" if feats.batch <= 16 else "b>16"
+        lo_q, hi_q = self.log_err_q.get(regime, (-0.3, 0.3))
+        notes = []
+        if not gpu.validated:
+            # another GPU: the ceilings move the roofline, but nothing was validated there
+            lo_q, hi_q = 2 * lo_q - 0.1, 2 * hi_q + 0.1
+            notes.append(f"GPU {gpu.name!r} is not the one this predictor was validated on: "
+                         "the interval is widened and unvalidated")  # fmt: skip
+        jps = e / feats.batch
+        return Prediction(
+            feats.spec, feats.batch, feats.precision, gpu.name, t, jps, jps * math.exp(lo_q),
+            jps * math.exp(hi_q), self.name, True, gpu.validated, tuple(layers),
+            feats.unsupported, tuple(notes),
+        )  # fmt: skip
