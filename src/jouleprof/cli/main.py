@@ -40,6 +40,7 @@ def _register_optional() -> None:
         "run",
         "summarize",
         "analyze",
+        "calibrate",
     ):
         try:
             mod = importlib.import_module(f"jouleprof.cli.{name}")
