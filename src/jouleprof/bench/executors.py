@@ -1,93 +1,274 @@
-"""Where a study's cells run: a local process each, or a Slurm job each through submitit.
+"""Where a matrix's cells run: processes on this machine, or a Slurm job array (submitit).
 
-Every executor runs the same command, `python -m jouleprof.bench.cellmain CONFIG OUT`, so a cell
-behaves the same wherever it runs and its results meet in the study directory.
+`LocalExecutor` runs one cell at a time by default. Given GPUs, it runs a cell on each at once,
+each cell seeing only its own GPU(s) (CUDA_VISIBLE_DEVICES; a shared GPU spoils energy figures),
+and a cell that needs several GPUs (Cell.gpus > 1) is started through torchrun on that many. Before
+a GPU cell starts, its GPUs may cool down to near their idle power (bench/cooldown.py), recorded in
+the cell's cell.json. `SlurmExecutor` (executors_slurm.py) submits the whole matrix as job arrays.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import signal
 import subprocess
 import sys
-from collections.abc import Callable
+import threading
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from jouleprof.bench.cooldown import CooldownConfig
+    from jouleprof.bench.matrix import Cell, Executor, Plan
 
 log = logging.getLogger(__name__)
 
+EXIT_TIMEOUT = 124
+_LIVE: set[subprocess.Popen] = set()
+_LIVE_LOCK = threading.Lock()
 
-def cell_command(config_path: Path, cell_dir: Path) -> list[str]:
-    return [sys.executable, "-m", "jouleprof.bench.cellmain", str(config_path), str(cell_dir)]
 
-
-def local_runner(
-    config_path: Path, cell_dir: Path, timeout_s: float, env: dict[str, str] | None = None
+def run_process(
+    argv: Sequence[str], cell_dir: Path, timeout_s: float, env: dict[str, str] | None = None
 ) -> int:
-    """One local process per cell; its output goes to cell_dir/cell.log. Returns its exit code."""
-    log_path = cell_dir / "cell.log"
-    with log_path.open("w") as f:
-        p = subprocess.Popen(
-            cell_command(config_path, cell_dir),
-            stdout=f,
-            stderr=subprocess.STDOUT,
-            env=os.environ if env is None else env,
-        )
+    """Run one cell's command, its output to cell_dir/cell.log; returns its exit code.
+
+    The process gets its own session, so a timeout kills it with every child it started
+    (data loader workers, torchrun's ranks); past the timeout error.txt says so and the code is
+    124. A signal-killed process returns minus the signal's number.
+    """
+    cell_dir = Path(cell_dir)
+    with (cell_dir / "cell.log").open("w") as f:
+        try:
+            p = subprocess.Popen(
+                list(argv),
+                stdout=f,
+                stderr=subprocess.STDOUT,
+                env=os.environ.copy() if env is None else env,
+                start_new_session=True,
+            )
+        except OSError as e:  # no such program: the cell fails with the reason
+            (cell_dir / "error.txt").write_text(f"cannot start {argv[0]!r}: {e.strerror or e}\n")
+            return 127
+        with _LIVE_LOCK:
+            _LIVE.add(p)
         try:
             return p.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            p.kill()
+            _signal_group(p, signal.SIGKILL)
             p.wait()
             (cell_dir / "error.txt").write_text(
                 f"TimeoutExpired: the cell ran past its {timeout_s:.0f} s limit and was killed\n"
             )
-            return 124
-        except KeyboardInterrupt:
-            p.terminate()
-            p.wait()
-            raise
+            return EXIT_TIMEOUT
+        finally:
+            with _LIVE_LOCK:
+                _LIVE.discard(p)
 
 
-def gpu_runner(gpu: int) -> Callable[[Path, Path, float], int]:
-    """A local runner whose cells see only GPU `gpu` (CUDA_VISIBLE_DEVICES), as their GPU 0:
-    one slot of a study that runs a cell per GPU at once (`run_study(..., slots=...)`)."""
-
-    def run(config_path: Path, cell_dir: Path, timeout_s: float) -> int:
-        env = {**os.environ, "CUDA_VISIBLE_DEVICES": str(gpu)}
-        return local_runner(config_path, cell_dir, timeout_s, env=env)
-
-    run.gpu = gpu  # type: ignore[attr-defined]  (named in cell_wall.csv)
-    return run
+def _signal_group(p: subprocess.Popen, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(p.pid, sig)
 
 
-def slurm_runner(
-    partition: str | None = None, gpus_per_node: int = 1, timeout_min: int = 60, **params: object
-) -> Callable[[Path, Path, float], int]:
-    """A runner that submits each cell as a Slurm job (submitit) and waits for it.
+def interrupt_live_cells(grace_s: float = 20.0) -> None:
+    """Ctrl-C reaches the cells too (they have their own sessions): SIGINT, so each writes its
+    run directory as interrupted, then SIGKILL whatever is left after `grace_s`."""
+    with _LIVE_LOCK:
+        live = list(_LIVE)
+    for p in live:
+        _signal_group(p, signal.SIGINT)
+    deadline = time.monotonic() + grace_s
+    for p in live:
+        try:
+            p.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            _signal_group(p, signal.SIGKILL)
+
+
+def torchrun_argv(argv: Sequence[str], nproc: int) -> list[str]:
+    """A python command (`python -m mod ...` or `python script.py ...`) as a torchrun launch on
+    `nproc` local GPUs; any other command is returned as it is (it starts its own ranks)."""
+    argv = list(argv)
+    if nproc <= 1 or not Path(argv[0]).name.startswith("python") or len(argv) < 2:
+        return argv
+    if argv[1] == "-c":
+        return argv
+    run = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    return [*run, f"--nproc-per-node={nproc}", *argv[1:]]
+
+
+def cell_env(gpus: Sequence[int] | None) -> dict[str, str]:
+    """The environment of a cell: this one, restricted to `gpus` (None: left as it is)."""
+    env = os.environ.copy()
+    if gpus is not None:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)
+    return env
+
+
+Slot = Callable[["Cell", Path], int]
+"""Runs one cell in its directory and returns the exit code (a `gpu` attribute names its GPU)."""
+
+
+class LocalExecutor:
+    """Cells as processes on this machine.
 
     Args:
-        partition: Slurm partition; other submitit `slurm_*` parameters go in `params`.
-        gpus_per_node: GPUs each job asks for.
-        timeout_min: the job's time limit.
+        gpus: None: one cell at a time, seeing what this process sees. A list of GPU indices:
+            one cell per GPU at once, each seeing only the GPU(s) it was given.
+        cooldown: wait for a GPU cell's GPUs to cool before it starts (None: never).
+        slots: instead of `gpus`, run a cell through each of these at once.
     """
-    try:
-        import submitit
-    except ImportError as e:
-        raise ImportError("the Slurm executor needs submitit: pip install submitit") from e
 
-    def run(config_path: Path, cell_dir: Path, timeout_s: float) -> int:
-        ex = submitit.AutoExecutor(folder=str(cell_dir / "slurm"))
-        ex.update_parameters(
-            timeout_min=timeout_min,
-            gpus_per_node=gpus_per_node,
-            slurm_partition=partition,
-            **params,
-        )
-        job = ex.submit(subprocess.call, cell_command(config_path, cell_dir), timeout=timeout_s)
-        log.info("cell %s submitted as Slurm job %s", cell_dir.name, job.job_id)
+    def __init__(
+        self,
+        gpus: Sequence[int] | None = None,
+        cooldown: CooldownConfig | None = None,
+        slots: Sequence[Slot] | None = None,
+    ) -> None:
+        if gpus is not None:
+            gpus = [int(g) for g in gpus]
+            if not gpus or len(set(gpus)) != len(gpus) or min(gpus) < 0:
+                raise ValueError(f"gpus must be distinct GPU indices ≥ 0, got {list(gpus)}")
+        if slots is not None and not slots:
+            raise ValueError("slots must hold at least one runner")
+        if slots is not None and gpus is not None:
+            raise ValueError("give either gpus or slots, not both")
+        self.gpus, self.cooldown, self.slots = gpus, cooldown, slots
+        self._cool = None
+
+    # -- one cell ------------------------------------------------------------------------------
+
+    def _launch(self, plan: Plan, cell: Cell, held: list[Any]) -> None:
+        cdir = plan.prepare(cell, **self._attempt_info(cell, held))
+        if self.slots is not None:
+            slot = held[0]
+            t0 = time.monotonic()
+            code = slot(cell, cdir)
+            plan.finish(cell, code, time.monotonic() - t0, gpu=getattr(slot, "gpu", None))
+            return
+        gpus = held if self.gpus is not None else None
+        if self.cooldown is not None and cell.gpus > 0:
+            plan.update_attempt(cell, cooldown=self._cooldown(gpus, cell.gpus))
+        argv = cell.command(cdir)
+        if cell.gpus > 1:
+            argv = torchrun_argv(argv, cell.gpus)
+        t0 = time.monotonic()
+        code = run_process(argv, cdir, cell.timeout_s, cell_env(gpus if cell.gpus else []))
+        label = ",".join(str(g) for g in gpus) if gpus else None
+        plan.finish(cell, code, time.monotonic() - t0, gpu=label, launched=argv[:6])
+
+    def _attempt_info(self, cell: Cell, held: list[Any]) -> dict[str, Any]:
+        if self.slots is not None:
+            return {"executor": "local", "gpu": getattr(held[0], "gpu", None)}
+        return {"executor": "local", "gpus": held if self.gpus is not None else "inherited"}
+
+    def _cooldown(self, gpus: list[int] | None, n: int) -> dict[str, Any]:
+        from jouleprof.bench.cooldown import Cooldown
+
+        if self._cool is None:
+            self._cool = Cooldown(self.cooldown)
+        return self._cool.wait(gpus if gpus is not None else list(range(n)))
+
+    # -- the matrix ----------------------------------------------------------------------------
+
+    def execute(self, plan: Plan) -> None:
+        pool: list[Any] = list(self.slots or self.gpus or [None])
+        free = list(pool)
+        cond = threading.Condition()
+        waiting = [False]
+        errors: list[BaseException] = []
+
+        def need(cell: Cell) -> int:
+            if self.slots is not None or self.gpus is None:
+                return 1
+            return max(cell.gpus, 1)
+
+        def worker() -> None:
+            try:
+                while True:
+                    with cond:
+                        while waiting[0]:
+                            cond.wait()
+                        cell = plan.take()
+                        if cell is None:
+                            return
+                        k = need(cell)
+                        if k > len(pool):
+                            plan.prepare(cell, executor="local")
+                            why = f"needs {k} GPUs; this executor has {len(pool)} ({pool})"
+                            (plan.out / "cells" / cell.cell_id / "error.txt").write_text(why + "\n")
+                            plan.finish(cell, 1, 0.0, why=why)
+                            continue
+                        waiting[0] = True
+                        while len(free) < k:
+                            cond.wait()
+                        held, free[:] = free[:k], free[k:]
+                        waiting[0] = False
+                        cond.notify_all()
+                    try:
+                        self._launch(plan, cell, held)
+                    finally:
+                        with cond:
+                            free.extend(held)
+                            free.sort(key=pool.index)
+                            cond.notify_all()
+            except BaseException as e:  # a slot that dies stops the study; the caller says why
+                errors.append(e)
+                plan.stop()
+                with cond:
+                    cond.notify_all()
+
+        threads = [
+            threading.Thread(target=worker, name=f"matrix-slot{i}", daemon=True)
+            for i in range(len(pool))
+        ]
+        for t in threads:
+            t.start()
         try:
-            return int(job.result())
-        except Exception as e:  # the job failed or was cancelled: the cell records it
-            (cell_dir / "error.txt").write_text(f"Slurm job {job.job_id} failed: {e}\n")
-            return 1
+            for t in threads:
+                while t.is_alive():  # join in slices: Ctrl-C must reach this thread
+                    t.join(0.5)
+        except KeyboardInterrupt:
+            plan.stop()
+            interrupt_live_cells()
+            for t in threads:
+                t.join(30)
+            raise
+        if errors:
+            raise errors[0]
 
-    return run
+
+def visible_gpu_indices() -> list[int]:
+    """The GPUs this process may use, as CUDA numbers them (0..n-1), via NVML; [] without."""
+    from jouleprof.sensors.visible import parse_visible_devices
+
+    tokens = parse_visible_devices(os.environ.get("CUDA_VISIBLE_DEVICES"))
+    if tokens is not None:
+        return list(range(len(tokens)))
+    try:
+        from jouleprof.sensors.nvml import import_pynvml
+
+        nv = import_pynvml()
+        nv.nvmlInit()
+        try:
+            return list(range(nv.nvmlDeviceGetCount()))
+        finally:
+            nv.nvmlShutdown()
+    except Exception:  # no NVML, no driver: no GPU to hand out
+        return []
+
+
+def make_executor(name: str, **options: Any) -> Executor:
+    """An executor by name: "local" or "slurm" (options go to its constructor)."""
+    if name == "local":
+        return LocalExecutor(**options)
+    if name == "slurm":
+        from jouleprof.bench.executors_slurm import SlurmExecutor
+
+        return SlurmExecutor(**options)
+    raise ValueError(f"unknown executor {name!r}: choose local or slurm")

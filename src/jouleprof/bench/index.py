@@ -1,15 +1,22 @@
-"""runs.csv: the index of a sweep directory, built from its cells' run.json files (pure)."""
+"""runs.csv: the index of a study directory, built from its cells' run.json files (pure reads).
+
+One row per cell: cell_id, the cell's factors, status, error, run_dir, then the value of every
+summary figure its run.json holds (the figures of INDEX_FIGURES first, in that order; run.json
+keeps each figure's source and bounds).
+"""
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 INDEX_CSV = "runs.csv"
+INDEX_PARQUET = "runs.parquet"
 CELLS_DIR = "cells"
-# Summary figures copied into the index (values only; run.json keeps source and bounds).
+# Summary figures put first in the index, in this order.
 INDEX_FIGURES = (
     "throughput_samples_per_s",
     "step_time_s",
@@ -25,63 +32,145 @@ INDEX_FIGURES = (
     "data_wait_pct",
     "recorder_host_pct",
 )
+_FIXED = ("cell_id", "status", "error", "run_dir")
+
+
+def _first_line(path: Path) -> str:
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return "error.txt unreadable"
+    return next((ln for ln in lines if ln.strip()), "error.txt is empty")
+
+
+def read_run_json(run_dir: Path) -> tuple[dict[str, Any] | None, str]:
+    """(run.json as a dict, "") or (None, why it could not be read)."""
+    p = run_dir / "run.json"
+    if not p.is_file():
+        return None, "no run.json"
+    try:
+        d = json.loads(p.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        return None, f"run.json unreadable ({type(e).__name__}: {e})"
+    if not isinstance(d, dict):
+        return None, "run.json is not a JSON object"
+    return d, ""
 
 
 def cell_status(cell_dir: Path) -> tuple[str, str]:
     """(status, error) of a cell directory: complete, failed, oom, incomplete or missing."""
-    rj = cell_dir / "run.json"
     err = cell_dir / "error.txt"
-    if not rj.is_file():
+    if not (cell_dir / "run.json").is_file():
         if err.is_file():
-            return "failed", err.read_text().splitlines()[0]
+            return "failed", _first_line(err)
         return ("incomplete" if cell_dir.exists() else "missing"), ""
-    try:
-        d = json.loads(rj.read_text())
-    except json.JSONDecodeError:
-        return "incomplete", "run.json unreadable"
+    d, why = read_run_json(cell_dir)
+    if d is None:
+        return "incomplete", why
     if err.is_file():  # the cell process died with an error (run.json may be half-done)
-        return "failed", err.read_text().splitlines()[0]
-    if d.get("extra", {}).get("oom"):
-        return "oom", next((n for n in d.get("notes", []) if "out of memory" in n), "out of memory")
+        return "failed", _first_line(err)
+    notes = [n for n in d.get("notes", []) if isinstance(n, str)]
+    if d.get("status") == "oom" or (d.get("extra") or {}).get("oom"):
+        return "oom", next((n for n in notes if "out of memory" in n), "out of memory")
     status = d.get("status")
     if status == "complete":
         return "complete", ""
     if status == "failed":
-        return "failed", "; ".join(d.get("notes", [])[-1:])
+        return "failed", "; ".join(notes[-1:]) or "run.json says failed"
     return "incomplete", "the cell did not finish (crash or interruption)"
 
 
-def cell_row(study_dir: Path, cell: dict[str, Any]) -> dict[str, Any]:
-    cdir = study_dir / CELLS_DIR / cell["cell_id"]
-    status, error = cell.get("status_override") or cell_status(cdir)
-    row: dict[str, Any] = {
-        "cell_id": cell["cell_id"],
-        "batch_size": cell["batch_size"],
-        "mode": cell["mode"],
-        "rep": cell["rep"],
-        "status": status,
-        "error": error or cell.get("error", ""),
-        "run_dir": os.path.relpath(cdir, study_dir),
-    }
-    summary: dict[str, Any] = {}
-    if (cdir / "run.json").is_file():
-        try:
-            summary = json.loads((cdir / "run.json").read_text()).get("summary", {})
-        except json.JSONDecodeError:
-            summary = {}
+def _last_attempt(cdir: Path) -> dict[str, Any]:
+    try:
+        attempts = json.loads((cdir / "cell.json").read_text()).get("attempts") or [{}]
+    except (OSError, json.JSONDecodeError, AttributeError):
+        return {}
+    return attempts[-1] if isinstance(attempts[-1], dict) else {}
+
+
+def figure_values(run: Mapping[str, Any] | None) -> dict[str, Any]:
+    """{figure name: value} of a run.json's summary (None where a figure has no value)."""
+    out: dict[str, Any] = {}
+    summary = (run or {}).get("summary") or {}
+    if not isinstance(summary, dict):
+        return out
+    for k, f in summary.items():
+        out[k] = f.get("value") if isinstance(f, dict) else None
+    return out
+
+
+def cell_row(
+    study_dir: Path,
+    cell_id: str,
+    factors: Mapping[str, Any],
+    override: tuple[str, str] | None = None,
+) -> dict[str, Any]:
+    """One runs.csv row: the cell's id, factors, status, error and figure values."""
+    cdir = study_dir / CELLS_DIR / cell_id
+    status, error = override or cell_status(cdir)
+    if not error and status == "incomplete":  # why the last attempt ended (killed, cancelled)
+        error = _last_attempt(cdir).get("error", "")
+    row: dict[str, Any] = {"cell_id": cell_id}
+    row.update({k: v for k, v in factors.items() if k not in _FIXED})
+    row.update(status=status, error=error, run_dir=os.path.relpath(cdir, study_dir))
+    run, _ = read_run_json(cdir)
+    values = figure_values(run)
     for k in INDEX_FIGURES:
-        row[k] = (summary.get(k) or {}).get("value")
+        row[k] = values.pop(k, None)
+    row.update({k: v for k, v in values.items() if k not in row})
     return row
 
 
-def write_index(study_dir: Path, cells: list[dict[str, Any]]) -> Path:
-    """Rebuild runs.csv from the cells' directories (atomically)."""
+def _column_order(df, factors: Sequence[str]) -> list[str]:
+    """cell_id, the factors, status, error, run_dir, then the figures any cell has a value for
+    (INDEX_FIGURES first)."""
+    fixed = [c for c in _FIXED[1:] if c in df.columns]
+    factors = [c for c in factors if c in df.columns and c not in _FIXED]
+    taken = {"cell_id", *factors, *fixed}
+    figures = [c for c in df.columns if c not in taken and df[c].notna().any()]
+    return ["cell_id", *factors, *fixed, *figures]
+
+
+def write_table(
+    study_dir: Path,
+    rows: Sequence[Mapping[str, Any]],
+    factors: Sequence[str] = (),
+    parquet: bool = False,
+) -> Path:
+    """Write rows as runs.csv (atomically) and, with `parquet`, runs.parquet; returns runs.csv.
+    `factors`: the factor columns, put right after cell_id."""
     import pandas as pd
 
-    rows = [cell_row(study_dir, c) for c in cells]
-    df = pd.DataFrame(rows)
+    df = pd.DataFrame(list(rows))
+    df = df[_column_order(df, factors)] if len(df) else df
     out = study_dir / INDEX_CSV
-    tmp = out.with_suffix(".csv.tmp")
+    tmp = out.with_name(f".{INDEX_CSV}.tmp")
     df.to_csv(tmp, index=False)
     os.replace(tmp, out)
+    if parquet:
+        pq = study_dir / INDEX_PARQUET
+        ptmp = pq.with_name(f".{INDEX_PARQUET}.tmp")
+        # Mixed columns (a factor that is a number in one cell, text in another) as text.
+        for c in df.columns:
+            if df[c].dtype == object:
+                df[c] = df[c].map(lambda v: v if v is None or isinstance(v, str) else str(v))
+        df.to_parquet(ptmp, index=False)
+        os.replace(ptmp, pq)
     return out
+
+
+def write_index(
+    study_dir: Path,
+    cells: Sequence[tuple[str, Mapping[str, Any]]],
+    overrides: Mapping[str, tuple[str, str]] | None = None,
+) -> Path:
+    """Rebuild runs.csv from the cells' directories: `cells` as (cell_id, factors) pairs,
+    `overrides` cell_id -> (status, error) for cells a rule skipped."""
+    overrides = overrides or {}
+    rows = [cell_row(study_dir, cid, f, overrides.get(cid)) for cid, f in cells]
+    return write_table(study_dir, rows, factor_names(f for _, f in cells))
+
+
+def factor_names(factor_dicts) -> list[str]:
+    """The union of the cells' factor names, in first-seen order."""
+    return list(dict.fromkeys(k for f in factor_dicts for k in f))

@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from jouleprof.cli.console import err_console, fail, note
+from jouleprof.cli.console import fail, note
 
 
 def _ints(text: str, flag: str) -> tuple[int, ...]:
@@ -100,9 +100,7 @@ def study_cmd(
 ) -> None:
     """V-JEPA2: batch size × measurement mode × repetition; rerunning the same command resumes."""
     workload = "vjepa2"
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from jouleprof.bench.study import StudySpec, cells, run_study
+    from jouleprof.bench.study import StudySpec, run_study
     from jouleprof.cli.measure import parse_gpus
 
     try:
@@ -127,10 +125,10 @@ def study_cmd(
         wl.config(preset, None, None, spec.overrides)  # a bad preset or field fails here
     except ValueError as e:
         fail(str(e))
-    runner, slots = None, None
-    if parallel_gpus is not None:
-        from jouleprof.bench.executors import gpu_runner
+    from jouleprof.bench.executors import LocalExecutor, make_executor
 
+    ex = None
+    if parallel_gpus is not None:
         if executor != "local":
             fail("--parallel-gpus runs cells on this machine: use it with --executor local")
         if spec.gpus is not None:
@@ -138,37 +136,19 @@ def study_cmd(
         ids = _ints(parallel_gpus, "--parallel-gpus")
         if len(set(ids)) != len(ids) or any(i < 0 for i in ids):
             fail(f"--parallel-gpus needs distinct GPU indices ≥ 0, got {parallel_gpus!r}")
-        slots = [gpu_runner(i) for i in ids]
-    if executor == "slurm":
-        from jouleprof.bench.executors import slurm_runner
-
+        ex = LocalExecutor(gpus=ids)
+    else:
         try:
-            runner = slurm_runner(partition)
-        except ImportError as e:
+            ex = make_executor(executor, **({"partition": partition} if partition else {}))
+        except (ValueError, ImportError) as e:
             fail(str(e))
-    elif executor != "local":
-        fail(f"unknown --executor {executor!r}: choose local or slurm")
-    total = len(cells(spec))
-    with Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=err_console,
-    ) as bar:
-        task = bar.add_task("cells", total=total)
-
-        def on_cell(cell, status):
-            bar.console.print(f"{cell['cell_id']:>20s}  {status}", highlight=False)
-            bar.advance(task)
-
-        try:
-            index = run_study(spec, out, runner, on_cell, time_budget_s, slots=slots)
-        except ValueError as e:
-            fail(str(e))
-        except KeyboardInterrupt:
-            note(f"interrupted: rerun the same command to resume ({out})")
-            raise typer.Exit(130) from None
+    try:
+        index = run_study(spec, out, time_budget_s=time_budget_s, executor=ex, progress=True)
+    except ValueError as e:
+        fail(str(e))
+    except KeyboardInterrupt:
+        note(f"interrupted: rerun the same command to resume ({out})")
+        raise typer.Exit(130) from None
     note(f"index: {index}")
     if report:
         try:
