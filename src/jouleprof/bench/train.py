@@ -43,7 +43,7 @@ class CellConfig:
     """What one cell trains and how it is measured (CLI flags of `jouleprof profile`)."""
 
     workload: str = "vjepa2"
-    """Registered workload name (see `bench.workloads`)."""
+    """Registered workload name (see `jouleprof.workloads.registry`)."""
     preset: str = "tiny"
     """The workload's preset: vit_huge, vit_large, vit_base, tiny."""
     batch_size: int | None = None
@@ -144,7 +144,7 @@ def run_cell(cfg: CellConfig, out: str | Path) -> Path:
     Raises:
         ValueError / JouleprofError: bad configuration (nothing is created).
     """
-    from jouleprof.bench import workloads
+    from jouleprof.workloads import registry as workloads
     from jouleprof.bench.cellsummary import finish_cell
     from jouleprof.bench.modes import require
     from jouleprof.measurement import measure

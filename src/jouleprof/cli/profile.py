@@ -11,9 +11,15 @@ from jouleprof.cli.console import err_console, fail, note, summary_table
 
 
 def profile_cmd(
-    workload: Annotated[str, typer.Argument(help="Workload to train: vjepa2.")] = "vjepa2",
+    workload: Annotated[
+        str, typer.Argument(help="Registered workload to train: vjepa2, video, ...")
+    ] = "vjepa2",
     preset: Annotated[
-        str, typer.Option(help="Preset: tiny, vit_base, vit_large, vit_huge.")
+        str,
+        typer.Option(
+            help="The workload's preset: vjepa2 tiny, vit_base, vit_large, vit_huge; video a "
+            "model (videomae-b, timesformer-b, swin3d-b, hiera-b; ':tiny' for a small config)."
+        ),
     ] = "tiny",
     batch_size: Annotated[
         int | None, typer.Option(help="Batch size (default: the preset's).")
@@ -105,6 +111,14 @@ def profile_cmd(
         ),
     ] = None,
     report: Annotated[bool, typer.Option(help="Write report.html into the run directory.")] = True,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set",
+            help="Workload config field, KEY=VALUE (repeatable), e.g. --set method=lora "
+            "--set precision=bf16 for the video workload.",
+        ),
+    ] = None,
 ) -> None:
     """Train WORKLOAD, measure it, attribute each phase's energy, and write a report."""
     from jouleprof.bench.train import CellConfig, run_cell
@@ -124,6 +138,10 @@ def profile_cmd(
         }.items()
         if v is not None
     }
+    if set_:
+        from jouleprof.cli.study import parse_overrides
+
+        overrides.update(parse_overrides(set_))
     fine = mode == "fine"
     on_gpu = _trains_on_gpu()
     if overhead_pairs is None:
