@@ -45,7 +45,8 @@ class SyntheticVideoSpec:
     directions: tuple[str, ...] = ("left", "right", "up", "down")
     """Directions of motion (a subset of DIRECTIONS)."""
     travel: float = 0.45
-    """Distance a shape moves over the clip, as a fraction of the frame side."""
+    """Distance a shape moves over the clip, as a fraction of the frame side (the frame wraps
+    around: a shape leaving one edge comes back at the other)."""
     noise: float = 12.0
     """Standard deviation of the per-pixel background noise, in 0–255 units."""
     seed: int = 0
@@ -94,6 +95,11 @@ def label_of(spec: SyntheticVideoSpec, split: str, index: int) -> int:
     return (index * 7 + SPLIT_SEEDS[split]) % spec.num_classes
 
 
+def _wrap(d: np.ndarray) -> np.ndarray:
+    """Offsets on the unit torus, in [-0.5, 0.5)."""
+    return (d + 0.5) % 1.0 - 0.5
+
+
 def _mask(shape: str, dy: np.ndarray, dx: np.ndarray, r: float) -> np.ndarray:
     if shape == "square":
         return (np.abs(dy) <= r) & (np.abs(dx) <= r)
@@ -117,22 +123,16 @@ def render_clip(spec: SyntheticVideoSpec, split: str, index: int) -> tuple[np.nd
     bg = rng.uniform(0, 110, size=3)
     fg = rng.uniform(150, 255, size=3)
     r = rng.uniform(0.09, 0.15)  # half-size, in frame sides
-    # Start so the whole path stays inside the frame (with the shape's half-size as margin).
-    lo, hi = r + 0.02, 1 - r - 0.02
-    start = []
-    for v in (vy, vx):
-        if v > 0:
-            start.append(rng.uniform(lo, hi - spec.travel))
-        elif v < 0:
-            start.append(rng.uniform(lo + spec.travel, hi))
-        else:
-            start.append(rng.uniform(lo, hi))
+    # The frame is a torus (a shape leaving one edge re-enters at the other) and the start is
+    # uniform: any single frame's position is then independent of the direction, so only
+    # motion tells directions apart.
+    start = rng.uniform(0.0, 1.0, size=2)
     speed = spec.travel * rng.uniform(0.8, 1.0) / (t_n - 1)
     coords = (np.arange(side, dtype=np.float32) + 0.5) / side
     t = np.arange(t_n, dtype=np.float32)
     cy = (start[0] + vy * speed * t)[:, None, None]
     cx = (start[1] + vx * speed * t)[:, None, None]
-    inside = _mask(shape, coords[None, :, None] - cy, coords[None, None, :] - cx, r)
+    inside = _mask(shape, _wrap(coords[None, :, None] - cy), _wrap(coords[None, None, :] - cx), r)
     noise = rng.standard_normal((t_n, side, side, 1), dtype=np.float32) * np.float32(spec.noise)
     img = np.where(inside[..., None], fg.astype(np.float32), bg.astype(np.float32) + noise)
     frames = np.clip(img, 0, 255).astype(np.uint8)

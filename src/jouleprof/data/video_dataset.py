@@ -148,3 +148,107 @@ def normalize(x, mean: Sequence[float], std: Sequence[float], dtype=None):
     m = torch.tensor(mean, device=x.device, dtype=dtype).view(1, 1, -1, 1, 1)
     s = torch.tensor(std, device=x.device, dtype=dtype).view(1, 1, -1, 1, 1)
     return (x.to(dtype) / 255.0 - m) / s
+
+
+class VideoData:
+    """The splits of one run and their loaders (uint8 clips; labels as class indices)."""
+
+    def __init__(self, train, val, test, num_classes: int, classes, info: dict) -> None:
+        self.train, self.val, self.test = train, val, test
+        self.num_classes = num_classes
+        self.classes = tuple(classes)
+        self.info = info
+        self.train_loader = self.val_loader = self.test_loader = None
+
+    def make_loaders(
+        self, batch_size: int, eval_batch_size: int, num_workers: int, seed: int, pin: bool
+    ) -> None:
+        import torch
+        from torch.utils.data import DataLoader
+
+        g = torch.Generator().manual_seed(seed)
+        common = {"num_workers": num_workers, "pin_memory": pin}
+        if num_workers > 0:
+            common["persistent_workers"] = True
+        self.train_loader = DataLoader(
+            self.train,
+            batch_size=batch_size,
+            shuffle=True,
+            drop_last=True,
+            generator=g,
+            **common,
+        )
+        self.val_loader = DataLoader(self.val, batch_size=eval_batch_size, **common)
+        if self.test is not None and len(self.test):
+            self.test_loader = DataLoader(self.test, batch_size=eval_batch_size, **common)
+
+    def describe(self) -> dict:
+        return {
+            **self.info,
+            "num_classes": self.num_classes,
+            "clips": {
+                "train": len(self.train),
+                "val": len(self.val),
+                "test": 0 if self.test is None else len(self.test),
+            },
+        }
+
+
+def load_video_data(
+    dataset: str,
+    frames: int,
+    size_px: int,
+    *,
+    seed: int,
+    cache: str | None = None,
+    root: str | None = None,
+    synthetic_clips: tuple[int, int, int] = (480, 120, 120),
+    need_test: bool = False,
+) -> VideoData:
+    """The splits of `dataset`: 'synthetic', or a manifest CSV read through its frame cache.
+
+    Raises:
+        ManifestError / CacheError: the manifest fails its checks or clips are not cached.
+    """
+    from pathlib import Path
+
+    if dataset == "synthetic":
+        from jouleprof.data.synthetic_video import SyntheticVideoDataset, SyntheticVideoSpec
+
+        n_tr, n_va, n_te = synthetic_clips
+        spec = SyntheticVideoSpec(
+            num_train=n_tr,
+            num_val=n_va,
+            num_test=n_te,
+            num_frames=frames,
+            size_px=size_px,
+            seed=seed,
+        )
+        splits = [SyntheticVideoDataset(spec, s) for s in ("train", "val", "test")]
+        info = {"dataset": "synthetic", "spec": {**spec.__dict__}}
+        return VideoData(*splits, spec.num_classes, spec.classes, info)
+    from jouleprof.data.manifests import load_manifest
+
+    required = ("train", "val", "test") if need_test else ("train", "val")
+    m = load_manifest(dataset, root, required_splits=required)
+    folder = Path(cache) if cache else m.csv_path.with_name(m.csv_path.stem + "_cache")
+    fc = FrameCache(folder)
+    if not (folder / "cache.json").is_file():
+        from jouleprof.data.cache import CacheError
+
+        raise CacheError(
+            f"no frame cache at {folder}: run `jouleprof data cache {m.csv_path}` first "
+            "(or pass --cache)"
+        )
+    train = CachedClipDataset(m.split("train"), fc, frames, size_px, train=True, seed=seed)
+    val = CachedClipDataset(m.split("val"), fc, frames, size_px, train=False)
+    test_rows = m.split("test")
+    test = (
+        CachedClipDataset(test_rows, fc, frames, size_px, train=False)
+        if test_rows and need_test
+        else None
+    )
+    info = {"dataset": str(m.csv_path), "root": str(m.root), "cache": str(folder)}
+    names = dict(zip(m.label_ids, m.classes, strict=True))
+    classes = [names.get(i, f"class{i}") for i in range(m.num_classes)]
+    return VideoData(train, val, test, m.num_classes, classes, info)
