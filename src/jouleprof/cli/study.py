@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 
 from jouleprof.cli.console import fail, note
+from jouleprof.cli.study_options import RunOptions, run_options
 
 
 def _ints(text: str, flag: str) -> tuple[int, ...]:
@@ -43,6 +44,7 @@ def parse_overrides(items: list[str]) -> dict[str, object]:
     return out
 
 
+@run_options
 def study_cmd(
     preset: Annotated[str, typer.Option(help="tiny, vit_base, vit_large, vit_huge.")] = "vit_huge",
     batch_sizes: Annotated[
@@ -70,10 +72,6 @@ def study_cmd(
     gpus: Annotated[
         str | None, typer.Option(help="GPU indices to measure (default: each cell's own GPU).")
     ] = None,
-    executor: Annotated[
-        str, typer.Option(help="local (a process per cell) or slurm (submitit).")
-    ] = "local",
-    partition: Annotated[str | None, typer.Option(help="Slurm partition (executor slurm).")] = None,
     cell_timeout_s: Annotated[float, typer.Option(help="Kill a cell after this long.")] = 1800.0,
     out: Annotated[
         Path, typer.Option(help="Study directory (rerun the same command to resume).")
@@ -90,13 +88,7 @@ def study_cmd(
     time_budget_s: Annotated[
         float | None, typer.Option(help="Start no new cell after this long (rerun to resume).")
     ] = None,
-    parallel_gpus: Annotated[
-        str | None,
-        typer.Option(
-            help="Run a cell on each of these GPUs at once (local executor), e.g. 0,1: each "
-            "cell sees and measures only its own GPU."
-        ),
-    ] = None,
+    run_options: RunOptions = None,  # type: ignore[assignment]  (the shared flags)
 ) -> None:
     """V-JEPA2: batch size × measurement mode × repetition; rerunning the same command resumes."""
     workload = "vjepa2"
@@ -125,25 +117,17 @@ def study_cmd(
         wl.config(preset, None, None, spec.overrides)  # a bad preset or field fails here
     except ValueError as e:
         fail(str(e))
-    from jouleprof.bench.executors import LocalExecutor, make_executor
-
-    ex = None
-    if parallel_gpus is not None:
-        if executor != "local":
-            fail("--parallel-gpus runs cells on this machine: use it with --executor local")
-        if spec.gpus is not None:
-            fail("--parallel-gpus gives each cell its own GPU: leave --gpus out")
-        ids = _ints(parallel_gpus, "--parallel-gpus")
-        if len(set(ids)) != len(ids) or any(i < 0 for i in ids):
-            fail(f"--parallel-gpus needs distinct GPU indices ≥ 0, got {parallel_gpus!r}")
-        ex = LocalExecutor(gpus=ids)
-    else:
-        try:
-            ex = make_executor(executor, **({"partition": partition} if partition else {}))
-        except (ValueError, ImportError) as e:
-            fail(str(e))
+    if spec.gpus is not None and getattr(run_options.executor, "gpus", None) is not None:
+        fail("--parallel-gpus gives each cell its own GPU: leave --gpus out")
     try:
-        index = run_study(spec, out, time_budget_s=time_budget_s, executor=ex, progress=True)
+        index = run_study(
+            spec,
+            out,
+            time_budget_s=time_budget_s,
+            progress=True,
+            executor=run_options.executor,
+            retry_failed=run_options.retry_failed,
+        )
     except ValueError as e:
         fail(str(e))
     except KeyboardInterrupt:
