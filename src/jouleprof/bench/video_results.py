@@ -34,6 +34,12 @@ def _mib(nbytes: int | None) -> float | None:
     return None if nbytes is None else nbytes / MIB
 
 
+def _mem_input(nbytes: int | None, why: str) -> Figure:
+    if nbytes is None:
+        return Figure.unavailable("MiB", why)
+    return Figure.measured(nbytes / MIB, "MiB", signal="torch.cuda.max_memory_allocated")
+
+
 def _no_energy_reason(rec) -> str:
     f = rec.summary.get("gpu_energy_j")
     if f is not None and f.reason:
@@ -142,8 +148,8 @@ def finish_video_run(run_dir: str | Path) -> dict[str, Any]:
         lat = Bounded(dep["latency_s_mean"], dep["latency_s_lo"], dep["latency_s_hi"])
         deploy_inputs = {
             "time_s": lat,
-            "power_w": power if power.value is not None else None,
-            "memory_mib": _mib(dep.get("peak_mem_allocated_bytes")),
+            "power_w": power,
+            "memory_mib": _mem_input(dep.get("peak_mem_allocated_bytes"), no_mem),
             "params_m": (dep.get("params") or {}).get("total", 0) / 1e6 or None,
             "macs_g": None if dep.get("macs_per_clip") is None else dep["macs_per_clip"] / 1e9,
         }

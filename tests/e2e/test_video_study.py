@@ -1,0 +1,161 @@
+"""A tiny staged video study end to end on the synthetic data (CPU, simulated GPU): smoke,
+search, confirm, resume, then the summary tables."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+JP = [sys.executable, "-m", "jouleprof.cli.main"]
+STUDY = [
+    "study",
+    "video",
+    "--models",
+    "videomae-b",
+    "--methods",
+    "lora",
+    "--tiny",
+    "--base-precision",
+    "fp32",
+    "--precisions",
+    "fp32",
+    "--no-checkpointing-ablation",
+    "--lr",
+    "lora=1e-3",
+    "--epochs",
+    "1",
+    "--confirm-epochs",
+    "1",
+    "--confirm-seeds",
+    "5",
+    "--synthetic-clips",
+    "8,4,4",
+    "--max-steps-per-epoch",
+    "1",
+    "--num-workers",
+    "0",
+    "--deploy-sustained-s",
+    "0.2",
+    "--idle-s",
+    "0",
+    "--simulate-gpu-w",
+    "120",
+]
+
+
+def jp(*args, timeout=600):
+    return subprocess.run([*JP, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def test_tiny_staged_study_runs_resumes_and_summarizes(tmp_path):
+    out = tmp_path / "study"
+    r = jp(*STUDY, "--out", str(out))
+    assert r.returncode == 0, r.stderr[-3000:]
+    with (out / "runs.csv").open() as f:
+        rows = {row["cell_id"]: row for row in csv.DictReader(f)}
+    assert set(rows) == {
+        "smoke-videomae-b",
+        "lr-videomae-b-lora-1e-03",
+        "confirm-videomae-b-lora-fp32-ck0-s5",
+    }
+    assert all(row["status"] == "complete" for row in rows.values()), rows
+    run = json.loads(
+        (out / "cells" / "confirm-videomae-b-lora-fp32-ck0-s5" / "run.json").read_text()
+    )
+    video = run["extra"]["video"]
+    assert video["test"]["clips"] == 4 and len(video["epochs"]) == 1
+    train_e = video["adaptation"]["energy"]
+    assert train_e["source"] == "estimated" and "simulated" in train_e["reason"]
+    assert train_e["lo"] <= train_e["value"] <= train_e["hi"]
+    assert video["deployment"]["timed_passes"] == 30
+    # Training and validation are separate windows; validation never counts as training.
+    ep = video["epochs"][0]
+    assert ep["train"]["t1_s"] <= ep["val"]["t0_s"]
+    # CPU: no allocated-memory peak, so NS# is unavailable with the reason (never a zero).
+    ns = video["scores"]["deploy"]["ns_hash"]
+    assert ns["value"] is None and "CUDA" in ns["reason"]
+    assert video["scores"]["deploy"]["ns_e"]["source"] == "simulated"
+
+    # Resume: the same command runs nothing again.
+    t0 = time.monotonic()
+    again = jp(*STUDY, "--out", str(out))
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "done before" in again.stderr
+    assert time.monotonic() - t0 < 60
+    # Other settings into the same folder are refused.
+    other = jp(*[a if a != "1e-3" else "lora=3e-3" for a in STUDY], "--out", str(out))
+    assert other.returncode != 0 and "different study" in other.stderr
+
+    s = jp("summarize", str(out))
+    assert s.returncode == 0, s.stderr
+    md = (out / "video_summary.md").read_text()
+    assert "Best configuration per model by NS#" in md and "simulated" in md
+    assert "| confirm-videomae-b-lora-fp32-ck0-s5 | complete |" in md
+    assert "Confirmation" in md
+    with (out / "video_runs.csv").open() as f:
+        table = list(csv.DictReader(f))
+    assert len(table) == 3 and {t["stage"] for t in table} == {"smoke", "search-lr", "confirm"}
+
+
+def test_bad_names_are_refused_with_the_choices(tmp_path):
+    r = jp("run", "video", "--model", "resnet", "--out", str(tmp_path / "x"), timeout=120)
+    assert r.returncode == 2 and "videomae-b" in r.stderr
+    r = jp(
+        "run",
+        "video",
+        "--model",
+        "hiera-b",
+        "--method",
+        "full",
+        "--precision",
+        "int8",
+        "--out",
+        str(tmp_path / "y"),
+        timeout=120,
+    )
+    assert r.returncode == 2 and "int8" in r.stderr
+    assert not (tmp_path / "y").exists()
+
+
+def test_summary_states_ties_inside_the_uncertainty():
+    from jouleprof.report.video_summary import _statement, best_per_model
+
+    def row(cell, method, ns, lo, hi, lo_acc, hi_acc):
+        return {
+            "cell_id": cell,
+            "stage": "search-lr",
+            "model": "m",
+            "method": method,
+            "precision": "bf16",
+            "checkpointing": False,
+            "lr": 1e-4,
+            "status": "complete",
+            "ns_hash": ns,
+            "ns_hash_lo": lo,
+            "ns_hash_hi": hi,
+            "ns_hash_lo_acc": lo_acc,
+            "ns_hash_hi_acc": hi_acc,
+            "val_clips": 120,
+        }
+
+    rows = [
+        row("a", "lora", 63.30, 63.20, 63.40, 61.0, 65.0),
+        row("b", "bitfit", 63.25, 63.15, 63.35, 61.0, 65.0),  # overlaps a: tied
+        row("c", "full", 62.00, 61.90, 62.10, 60.0, 63.5),  # apart, inside accuracy's
+        row("d", "qlora", 50.00, 49.90, 50.10, 48.0, 52.0),  # apart on both
+    ]
+    (b,) = best_per_model(rows)
+    assert b["best"]["cell_id"] == "a" and [r["cell_id"] for r in b["tied"]] == ["b"]
+    assert [r["cell_id"] for r in b["within_accuracy"]] == ["c"]
+    assert "tied, within the measurement's uncertainty" in _statement(b)
+    (b2,) = best_per_model([rows[0], rows[2], rows[3]])
+    text = _statement(b2)
+    assert "outside the measurement's uncertainty" in text and "sampling interval" in text
