@@ -41,6 +41,8 @@ def _register_optional() -> None:
         "summarize",
         "analyze",
         "calibrate",
+        "probe",
+        "infer",
     ):
         try:
             mod = importlib.import_module(f"jouleprof.cli.{name}")

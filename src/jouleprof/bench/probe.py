@@ -1,0 +1,272 @@
+"""The feasibility probe: which model × method × precision × checkpointing × batch cells train,
+with their peak memory, seconds and joules per step (`jouleprof probe video`).
+
+Every cell runs in a worker process (`bench.probe_cell`), by default one cell per process, so an
+out-of-memory error or a crash is a row, never the end of the probe. Rows land in DIR/probe.csv
+as cells finish; a rerun skips cells already there (resume), so a probe can be split over
+several calls (`budget_s`, or subsets of models). Cells run most informative first: batch 4
+before 1; bf16, then fp32, fp16, int8; full fine-tuning with checkpointing after its plain cell.
+Refused method × precision pairs become rows at once (status refused, the reason in `error`).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from jouleprof.bench.probe_cell import RESULT_JSON, ProbeCell
+
+PROBE_CSV = "probe.csv"
+COLUMNS = (
+    "model", "method", "precision", "checkpointing", "batch", "status", "trainable_params",
+    "peak_mem_mib", "s_per_step", "j_per_step", "j_per_step_lo", "j_per_step_hi",
+)
+"""The probe's columns, in this order (the issue's contract)."""
+EXTRA_COLUMNS = ("error", "energy_note", "total_params", "timed_steps", "timed_s", "cell_wall_s")
+"""Appended after COLUMNS: the error of an oom/error/refused row, where the energy came from
+(or why it is missing), and the cell's own figures."""
+STATUSES = ("ok", "oom", "error", "refused")
+_PRECISION_ORDER = ("bf16", "fp32", "fp16", "int8")
+
+
+def _choices(values: tuple, valid: tuple, what: str) -> None:
+    bad = [v for v in values if v not in valid]
+    if bad or not values:
+        raise ValueError(f"unknown {what} {bad or '(none)'}: choose from {', '.join(map(str, valid))}")
+
+
+@dataclass(frozen=True)
+class ProbeSpec:
+    """The probe matrix and its protocol (CLI flags of `jouleprof probe video`)."""
+
+    models: tuple[str, ...] = ("videomae-b", "timesformer-b", "swin3d-b", "hiera-b")
+    """Video models (the registry's names)."""
+    methods: tuple[str, ...] = ("full", "lora", "qlora", "adalora", "bitfit")
+    precisions: tuple[str, ...] = ("fp32", "fp16", "bf16", "int8")
+    batch_sizes: tuple[int, ...] = (1, 4)
+    checkpointing: tuple[bool, ...] = (False,)
+    """Activation checkpointing settings to probe."""
+    checkpointing_methods: tuple[str, ...] | None = None
+    """Methods that get the checkpointing-on cells (None: every method)."""
+    timed_s: float = 5.0
+    """Seconds of timed steps per cell, after the warm-up (the protocol: ≥ 5 s)."""
+    warmup_steps: int = 3
+    num_classes: int = 20
+    lr: float = 1e-4
+    frames: int | None = None
+    """Frames per clip (None: each model's default, 16)."""
+    size: int | None = None
+    """Frame side (None: each model's default, 224)."""
+    tiny: bool = False
+    """The models' tiny configs (CPU tests)."""
+    cells_per_process: int = 1
+    """Cells one worker process runs in a row (1: each cell its own process). A crash ends
+    only the cell it happened in: the rest restart in a fresh worker."""
+    cell_timeout_s: float = 600.0
+    """A worker is killed after cells × this long; its unfinished cell is an error row."""
+
+    def __post_init__(self) -> None:
+        from jouleprof.workloads.video.adapt import METHODS
+        from jouleprof.workloads.video.models import MODEL_NAMES
+        from jouleprof.workloads.video.precision import PRECISIONS
+
+        _choices(self.models, MODEL_NAMES, "model(s)")
+        _choices(self.methods, METHODS, "method(s)")
+        _choices(self.precisions, PRECISIONS, "precision(s)")
+        if self.checkpointing_methods is not None:
+            _choices(self.checkpointing_methods, METHODS, "checkpointing method(s)")
+        if not self.batch_sizes or min(self.batch_sizes) < 1:
+            raise ValueError(f"batch_sizes must be ≥ 1, got {self.batch_sizes}")
+        if not self.checkpointing:
+            raise ValueError("checkpointing needs at least one of off, on")
+        if self.timed_s <= 0 or self.warmup_steps < 0:
+            raise ValueError("timed_s must be > 0 and warmup_steps ≥ 0")
+        if self.cells_per_process < 1 or self.cell_timeout_s <= 0:
+            raise ValueError("cells_per_process must be ≥ 1 and cell_timeout_s > 0")
+
+    def opts(self) -> dict[str, Any]:
+        """What a worker needs besides the cells."""
+        return {k: getattr(self, k) for k in (
+            "timed_s", "warmup_steps", "num_classes", "lr", "frames", "size", "tiny")}
+
+
+def plan(spec: ProbeSpec) -> list[ProbeCell]:
+    """Every cell of the matrix, most informative first."""
+    cells = []
+    for ck in spec.checkpointing:
+        for method in spec.methods:
+            if ck and spec.checkpointing_methods is not None and method not in spec.checkpointing_methods:
+                continue
+            for model in spec.models:
+                for prec in spec.precisions:
+                    for b in spec.batch_sizes:
+                        cells.append(ProbeCell(model, method, prec, ck, b))
+    big = max(spec.batch_sizes)
+
+    def rank(c: ProbeCell):
+        return (
+            c.batch != big, c.batch,
+            _PRECISION_ORDER.index(c.precision) if c.precision in _PRECISION_ORDER else 9,
+            c.checkpointing,
+            spec.methods.index(c.method),
+            spec.models.index(c.model),
+        )
+
+    return sorted(cells, key=rank)
+
+
+def read_rows(path: Path) -> list[dict[str, str]]:
+    if not path.exists():
+        return []
+    with path.open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _key(row: dict) -> tuple[str, str, str, str, str]:
+    return (row["model"], row["method"], row["precision"], row["checkpointing"], str(row["batch"]))
+
+
+def _cell_text(v: Any) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, bool):
+        return "on" if v else "off"
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    return str(v).replace("\n", " ")
+
+
+def append_row(path: Path, row: dict[str, Any]) -> None:
+    new = not path.exists()
+    with path.open("a", newline="") as f:
+        w = csv.writer(f)
+        if new:
+            w.writerow(COLUMNS + EXTRA_COLUMNS)
+        w.writerow([_cell_text(row.get(c)) for c in COLUMNS + EXTRA_COLUMNS])
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _rewrite(path: Path, rows: list[dict[str, str]]) -> None:
+    tmp = path.with_suffix(".csv.tmp")
+    with tmp.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(COLUMNS + EXTRA_COLUMNS), extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    tmp.replace(path)
+
+
+def _log_tail(path: Path, n: int = 6) -> str:
+    try:
+        lines = [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return ""
+    return " | ".join(lines[-n:])[-600:]
+
+
+def run_probe(
+    spec: ProbeSpec,
+    out: str | Path,
+    *,
+    budget_s: float | None = None,
+    retry_errors: bool = False,
+    on_row: Callable[[dict[str, Any]], None] | None = None,
+    python: str = sys.executable,
+) -> dict[str, Any]:
+    """Run every cell of `spec` not yet in out/probe.csv; returns counts of what happened."""
+    from jouleprof.workloads.video.precision import refusal
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    csv_path = out / PROBE_CSV
+    rows = read_rows(csv_path)
+    if retry_errors and any(r["status"] == "error" for r in rows):
+        rows = [r for r in rows if r["status"] != "error"]
+        _rewrite(csv_path, rows)
+    done = {_key(r) for r in rows}
+    (out / "probe_spec.json").write_text(json.dumps(asdict(spec), indent=1))
+    todo: list[ProbeCell] = []
+    counts = {"skipped": 0, "ran": 0, "left": 0, **{s: 0 for s in STATUSES}}
+    for cell in plan(spec):
+        if cell.key() in done:
+            counts["skipped"] += 1
+            continue
+        why = refusal(cell.method, cell.precision)
+        if why is not None:
+            row = {**asdict(cell), "status": "refused", "error": why}
+            append_row(csv_path, row)
+            counts["refused"] += 1
+            if on_row:
+                on_row(row)
+            continue
+        todo.append(cell)
+    t0 = time.monotonic()
+    cells_dir = out / "cells"
+    while todo:
+        if budget_s is not None and time.monotonic() - t0 >= budget_s:
+            break
+        batch, todo = todo[: spec.cells_per_process], todo[spec.cells_per_process :]
+        results, rest = _run_worker(batch, cells_dir, spec, python)
+        todo = rest + todo  # cells after a crash restart in a fresh worker
+        for row in results:
+            append_row(csv_path, row)
+            counts[row["status"]] = counts.get(row["status"], 0) + 1
+            counts["ran"] += 1
+            if on_row:
+                on_row(row)
+    counts["left"] = len(todo)
+    return counts
+
+
+def _run_worker(
+    cells: list[ProbeCell], cells_dir: Path, spec: ProbeSpec, python: str
+) -> tuple[list[dict], list[ProbeCell]]:
+    """Run `cells` in one worker; (their rows, the cells after a crash to run again)."""
+    cells_dir.mkdir(parents=True, exist_ok=True)
+    items = []
+    for c in cells:
+        d = cells_dir / c.cell_id
+        if d.exists():  # an earlier attempt (crash, kill): keep it aside
+            d.rename(d.with_name(f"{d.name}.attempt{int(time.time())}"))
+        items.append({"cell": asdict(c), "dir": str(d)})
+    job = cells_dir / f"worker_{cells[0].cell_id}.json"
+    job.write_text(json.dumps({"cells": items, "opts": spec.opts()}))
+    log = job.with_suffix(".log")
+    env = dict(os.environ)
+    src = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    t = time.monotonic()
+    with log.open("w") as f:
+        try:
+            p = subprocess.run(
+                [python, "-m", "jouleprof.bench.probe_cell", str(job)],
+                stdout=f, stderr=subprocess.STDOUT, env=env,
+                timeout=spec.cell_timeout_s * len(cells),
+            )
+            rc, why = p.returncode, f"worker exited with status {p.returncode}"
+        except subprocess.TimeoutExpired:
+            rc, why = -9, f"timed out after {spec.cell_timeout_s * len(cells):.0f} s"
+    rows, rest = [], []
+    for i, (c, it) in enumerate(zip(cells, items, strict=True)):
+        res = Path(it["dir"]) / RESULT_JSON
+        if res.exists():
+            rows.append(json.loads(res.read_text()))
+            continue
+        # The first cell without a result is the one the worker died in.
+        tail = _log_tail(log)
+        rows.append({
+            **asdict(c), "status": "error",
+            "error": f"{why} (rc {rc}) during this cell: {tail}",
+            "cell_wall_s": time.monotonic() - t,
+        })
+        rest = cells[i + 1 :]
+        break
+    return rows, rest
