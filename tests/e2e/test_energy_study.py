@@ -1,0 +1,86 @@
+"""`jouleprof study energy-aware` end to end on the CPU (a simulated GPU for the energy path),
+resumed, then `jouleprof analyze`; bad input refused with the choices."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("statsmodels")
+
+TINY = [
+    "--archs", "mlp,cnn", "--datasets", "synthetic", "--lambdas", "0,1e-2", "--seeds", "1",
+    "--epochs", "1", "--width", "8", "--depth", "1", "--data-n", "80", "--data-side", "8",
+    "--infer-passes", "1", "--idle-s", "0.1", "--device", "cpu", "--in-process",
+]  # fmt: skip
+
+
+def jp(*args, timeout=180):
+    env = {**os.environ, "COLUMNS": "250"}  # rich wraps error panels at the terminal width
+    return subprocess.run(
+        [sys.executable, "-m", "jouleprof.cli.main", *args],
+        capture_output=True, text=True, timeout=timeout, env=env,
+    )  # fmt: skip
+
+
+def test_tiny_study_runs_resumes_and_is_analyzed(tmp_path):
+    out = tmp_path / "ea"
+    r = jp("study", "energy-aware", *TINY, "--simulate-gpu-w", "120", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    cells = sorted(p.name for p in (out / "cells").iterdir())
+    assert len(cells) == 4 and "cnn.synthetic.lam0.01.s0" in cells
+    rec = json.loads((out / "cells" / "mlp.synthetic.lam0.s0" / "run.json").read_text())
+    assert rec["status"] == "complete"
+    s = rec["summary"]
+    assert 0 <= s["accuracy"]["value"] <= 1 and s["internal_energy"]["value"] > 0
+    e = s["train_gpu_energy_j"]
+    assert e["source"] in ("simulated", "estimated") and "simulated" in e["reason"]
+    assert e["lo"] <= e["value"] <= e["hi"]
+    assert {"train", "eval", "infer"} <= set(rec["extra"]["spans_s"])
+    index = (out / "runs.csv").read_text().splitlines()
+    assert len(index) == 5 and "train_gpu_energy_j" in index[0]
+    wall_rows = len((out / "cell_wall.csv").read_text().splitlines())
+
+    # resume: a second run starts nothing that is done; a deleted cell is redone
+    (out / "cells" / "cnn.synthetic.lam0.s0" / "run.json").unlink()
+    r = jp("study", "energy-aware", *TINY, "--simulate-gpu-w", "120", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    assert len((out / "cell_wall.csv").read_text().splitlines()) == wall_rows + 1
+    assert "done before" in r.stderr
+
+    r = jp("analyze", str(out), "--json", "--no-plots")
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)
+    assert res["n_complete"] == 4 and res["energy_source"] == "simulated"
+    assert "simulated GPU" in res["verdict"]
+    assert {"accuracy", "train_gpu_energy_j"} <= set(res["anovas"])
+    assert (out / "analysis" / "report.md").is_file()
+
+
+@pytest.mark.parametrize(
+    "args,match",
+    [
+        (["--archs", "mlp,resnet"], "unknown resnet; choose from mlp, mlp-large, cnn"),
+        (["--datasets", "svhn"], "choose from digits, synthetic, shapes, mnist"),
+        (["--lambdas", "0,-1e-3"], "λ must be finite and ≥ 0"),
+        (["--kind", "l0"], "choose from l1, l2, nonzero-macs"),
+    ],
+)
+def test_bad_input_is_refused_with_the_choices(tmp_path, args, match):
+    r = jp("study", "energy-aware", *args, "--out", str(tmp_path / "x"))
+    assert r.returncode == 2
+    assert match in " ".join(r.stderr.split()), r.stderr
+    assert "Traceback" not in r.stderr
+    assert not (tmp_path / "x").exists()
+
+
+def test_local_dataset_folder_that_lacks_files_is_reported(tmp_path):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "readme.md").write_text("x")
+    r = jp("study", "energy-aware", "--datasets", "mnist", "--data-dir", str(tmp_path / "data"),
+           "--out", str(tmp_path / "x"))  # fmt: skip
+    assert r.returncode == 2
+    assert "lacks train-images-idx3-ubyte" in r.stderr and "readme.md" in r.stderr
