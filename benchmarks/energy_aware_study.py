@@ -238,6 +238,7 @@ def main() -> int:
         f"[{elapsed():.0f}s] {m['gpu'] or 'no GPU'}, torch {m['torch']}, commit {m['git_commit']}"
     )
     probe_s = 4 if args.smoke else 14  # the sparse probe's share, kept back
+    busy_s = 0 if args.smoke else 15  # the busy block's share (vit-small, 4 cells), kept back
     cal_file = args.out / "calibration.json"
     if args.epochs is not None:
         epochs, cal = args.epochs, {"fixed_epochs": args.epochs}
@@ -248,7 +249,7 @@ def main() -> int:
         try:
             cal = calibrate(args, args.out)
             n = len(base_spec(args, 1).cell_specs())
-            left = args.budget_s - elapsed() - probe_s - 8
+            left = args.budget_s - elapsed() - probe_s - busy_s - 8
             epochs = 1 if args.smoke else choose_epochs(cal, n, left, 2, args.max_epochs)
             cal["budget_for_study_s"] = left
         except Exception as e:  # a failed calibration must not cost the study: fall back
@@ -259,7 +260,7 @@ def main() -> int:
     print(f"[{elapsed():.0f}s] calibration: {json.dumps(cal)}")
     spec = base_spec(args, epochs)
     study_dir = args.out / "study"
-    left = args.budget_s - elapsed() - probe_s
+    left = args.budget_s - elapsed() - probe_s - busy_s
     res = run_study(spec, study_dir, in_process=True, time_budget_s=max(1.0, left), progress=True)
     print(
         f"[{elapsed():.0f}s] study: {len(res.done)} done, {len(res.failed)} failed, "
