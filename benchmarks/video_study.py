@@ -73,9 +73,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--budget-s", type=float, default=420.0)
+    ap.add_argument("--budget-s", type=float, default=540.0)
     ap.add_argument("--models", default="videomae-b,swin3d-b")
-    ap.add_argument("--methods", default="full,lora,bitfit")
+    ap.add_argument("--methods", default="full,lora")
     ap.add_argument("--smoke", action="store_true", help="CPU check: tiny models, few steps")
     args = ap.parse_args(argv)
     # Cells are subprocesses started elsewhere: they need the package on an absolute path.
@@ -108,8 +108,9 @@ def main(argv: list[str] | None = None) -> int:
             cell_timeout_s=600,
         )
     else:
-        # Sized for a few minutes on one H200: ~25 s a cell (process start and model build
-        # ~10 s, two short epochs, a 5 s inference loop).
+        # Sized for ~9 minutes on one H200: ~25 s a cell (process start and model build
+        # ~10 s, two short epochs, a 3 s inference loop); 2 models × 2 methods give 2 smoke,
+        # 8 learning-rate, 8 ablation (fp16; checkpointing at bf16) and 4 confirmation cells.
         cfg = VideoStudyConfig(
             models=tuple(args.models.split(",")),
             methods=methods,

@@ -1,5 +1,5 @@
-"""A tiny staged video study end to end on the synthetic data (CPU, simulated GPU): smoke,
-search, confirm, resume, then the summary tables."""
+"""A tiny staged video study end to end on the synthetic data (CPU, simulated GPU): search,
+confirm (the winner of the search), resume, then the summary tables."""
 
 from __future__ import annotations
 
@@ -102,7 +102,7 @@ def test_tiny_staged_study_runs_resumes_and_summarizes(tmp_path):
     assert "Confirmation" in md
     with (out / "video_runs.csv").open() as f:
         table = list(csv.DictReader(f))
-    assert len(table) == 3 and {t["stage"] for t in table} == {"smoke", "search-lr", "confirm"}
+    assert len(table) == 2 and {t["stage"] for t in table} == {"search-lr", "confirm"}
 
 
 def test_bad_names_are_refused_with_the_choices(tmp_path):

@@ -161,11 +161,15 @@ def best_per_model(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for model in sorted({r["model"] for r in search if r.get("model")}):
         mine = [r for r in search if r["model"] == model and r.get("ns_hash") is not None]
         if not mine:
+            # No NS# (no GPU memory or energy was measured): rank by top-1, and say so.
+            top = [r for r in search if r["model"] == model and r.get("val_top1_pct") is not None]
+            top.sort(key=lambda r: (-r["val_top1_pct"], r["cell_id"]))
             out.append(
                 {
                     "model": model,
                     "best": None,
-                    "n_runs": 0,
+                    "by_top1": top[0] if top else None,
+                    "n_runs": len(top),
                     "tied": [],
                     "within_accuracy": [],
                     "runner_up": None,
@@ -209,6 +213,54 @@ def confirm_table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             entry[col + "_sd"] = statistics.stdev(vals) if len(vals) > 1 else None
         out.append(entry)
     return out
+
+
+def peft_savings(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per model, precision and checkpointing: each method's training cost next to full
+    fine-tuning's (search runs; of several learning rates, the one with the best top-1)."""
+    pick: dict[tuple, dict[str, Any]] = {}
+    for r in rows:
+        if r["status"] != "complete" or r.get("stage") not in ("search-lr", "search-ablation"):
+            continue
+        key = (r["model"], r["precision"], bool(r["checkpointing"]), r["method"])
+        if key not in pick or (r["val_top1_pct"] or 0) > (pick[key]["val_top1_pct"] or 0):
+            pick[key] = r
+    out = []
+    for (model, prec, ck, method), r in sorted(pick.items()):
+        full = pick.get((model, prec, ck, "full"))
+        if full is None or method == "full":
+            continue
+
+        def ratio(col, r=r, full=full):
+            a, b = r.get(col), full.get(col)
+            return a / b if a is not None and b else None
+
+        out.append(
+            {
+                "model": model,
+                "precision": prec,
+                "checkpointing": ck,
+                "method": method,
+                "mem_ratio": ratio("train_peak_mem_mib"),
+                "s_per_step_ratio": ratio("train_s_per_step"),
+                "j_per_step_ratio": ratio("train_j_per_step"),
+                "j_per_step": r.get("train_j_per_step"),
+                "full_j_per_step": full.get("train_j_per_step"),
+                "row": r,
+                "full": full,
+            }
+        )
+    return out
+
+
+def _j_step_interval(r: dict[str, Any]) -> str:
+    steps = (r.get("train_time_s") or 0) / r["train_s_per_step"] if r.get("train_s_per_step") else 0
+    if not steps or r.get("train_energy_lo_j") is None:
+        return "n/a"
+    return (
+        f"{r['train_j_per_step']:.2f} [{r['train_energy_lo_j'] / steps:.2f}, "
+        f"{r['train_energy_hi_j'] / steps:.2f}]"
+    )
 
 
 def _statement(b: dict[str, Any]) -> str:
@@ -271,7 +323,12 @@ def write_summary(study_dir: str | Path) -> tuple[Path, Path]:
     for b in best:
         r = b["best"]
         if r is None:
-            lines.append(f"| {b['model']} | no run with an NS# | | | | | | | | 0 |")
+            t = b.get("by_top1")
+            pick = f"no NS#; by top-1: {_config(t)}" if t else "no complete run"
+            lines.append(
+                f"| {b['model']} | {pick} | {_fmt(t and t['val_top1_pct'])} | | | | | | | "
+                f"{b['n_runs']} |"
+            )
             continue
         lines.append(
             f"| {b['model']} | {_config(r)} | {_fmt(r['val_top1_pct'])} | "
@@ -280,7 +337,28 @@ def write_summary(study_dir: str | Path) -> tuple[Path, Path]:
             f"{_interval(r, 'ns_hash_lo_acc', 'ns_hash_hi_acc')} | {b['n_runs']} |"
         )
     lines += ["", "Ties and differences:", ""]
-    lines += [_statement(b) for b in best if b["best"] is not None] or ["- no run has an NS#."]
+    lines += [_statement(b) for b in best if b["best"] is not None] or [
+        "- no run has an NS# (it needs the deployed model's peak GPU memory and power: "
+        "unavailable without a GPU; see each run's scores for the reason)."
+    ]
+    savings = peft_savings(rows)
+    if savings:
+        lines += [
+            "",
+            "## What PEFT saves in training (against full fine-tuning, same precision)",
+            "",
+            "| Model | Precision | Method | Peak MiB (× full) | s/step (× full) "
+            "| J/step [bounds] | full's J/step [bounds] |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for v in savings:
+            r, f = v["row"], v["full"]
+            prec = v["precision"] + (", ckpt" if v["checkpointing"] else "")
+            lines.append(
+                f"| {v['model']} | {prec} | {v['method']} | {_fmt(r['train_peak_mem_mib'], 0)} "
+                f"({_fmt(v['mem_ratio'])}) | {_fmt(r['train_s_per_step'], 3)} "
+                f"({_fmt(v['s_per_step_ratio'])}) | {_j_step_interval(r)} | {_j_step_interval(f)} |"
+            )
     conf = confirm_table(rows)
     if conf:
         lines += [
