@@ -50,12 +50,17 @@ def _is_oom(e: BaseException) -> bool:
     return isinstance(e, torch.cuda.OutOfMemoryError) or "out of memory" in str(e).lower()
 
 
-def _window_energy(cell_dir: Path, t0_s: float, t1_s: float, steps: int) -> dict[str, Any]:
+def segment_energy(run_dir: Path, t0_s: float, t1_s: float) -> dict[str, Any]:
+    """GPU energy of [t0_s, t1_s] from a closed run directory's samples (every measured GPU).
+
+    Returns energy_j, lo_j, hi_j (None where unavailable) and a note: the signal it came from,
+    or why there is none.
+    """
     from jouleprof.store.rundir import RunDir
     from jouleprof.timeline.summary import best_energy
     from jouleprof.timeline.windows import window_energies
 
-    rd = RunDir(cell_dir)
+    rd = RunDir(run_dir)
     rec = rd.read_record()
     samples = rd.read_samples() if rd.has("samples.csv") else None
     gpus = (
@@ -63,25 +68,34 @@ def _window_energy(cell_dir: Path, t0_s: float, t1_s: float, steps: int) -> dict
         if samples is not None and len(samples)
         else []
     )
+    none = {"energy_j": None, "lo_j": None, "hi_j": None}
     if not gpus:
         fig = rec.summary.get("gpu_energy_j")
         why = (fig.reason if fig is not None and fig.reason else None) or "no GPU was measured"
-        return {"j_per_step": None, "energy_note": f"unavailable: {why}"}
+        return {**none, "note": f"unavailable: {why}"}
     total = lo = hi = 0.0
     signals = set()
     for dev in gpus:
         w = best_energy(window_energies(samples, dev, t0_s, t1_s))
         if w is None:
-            return {"j_per_step": None, "energy_note": f"unavailable: no energy reading on {dev}"}
+            return {**none, "note": f"unavailable: no energy reading on {dev}"}
         total += w.energy_j
         lo += w.lo_j if w.lo_j is not None else w.energy_j
         hi += w.hi_j if w.hi_j is not None else w.energy_j
         signals.add(w.signal + (" (short window)" if w.short else ""))
+    note = "measured: " + "+".join(sorted(signals)) + f" over {t1_s - t0_s:.2f} s"
+    return {"energy_j": total, "lo_j": lo, "hi_j": hi, "note": note}
+
+
+def _window_energy(cell_dir: Path, t0_s: float, t1_s: float, steps: int) -> dict[str, Any]:
+    e = segment_energy(cell_dir, t0_s, t1_s)
+    if e["energy_j"] is None:
+        return {"j_per_step": None, "energy_note": e["note"]}
     return {
-        "j_per_step": total / steps,
-        "j_per_step_lo": lo / steps,
-        "j_per_step_hi": hi / steps,
-        "energy_note": "measured: " + "+".join(sorted(signals)) + f" over {t1_s - t0_s:.2f} s",
+        "j_per_step": e["energy_j"] / steps,
+        "j_per_step_lo": e["lo_j"] / steps,
+        "j_per_step_hi": e["hi_j"] / steps,
+        "energy_note": e["note"],
     }
 
 
