@@ -94,6 +94,9 @@ _BUILTIN: dict[str, str] = {
     "vjepa2": "jouleprof.workloads.vjepa2.workload:VJepa2Workload",
     "video": "jouleprof.workloads.video.workload:VideoWorkload",
     "bert": "jouleprof.workloads.bert:BertWorkload",
+    "ea-mlp": "jouleprof.workloads.energy_aware.workload:MlpWorkload",
+    "ea-cnn": "jouleprof.workloads.energy_aware.workload:CnnWorkload",
+    "ea-vit": "jouleprof.workloads.energy_aware.workload:VitWorkload",
 }
 
 _REGISTRY: dict[str, Factory | str] = dict(_BUILTIN)
