@@ -60,6 +60,7 @@ def save(fig: Any, out_dir: Path, name: str) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{name}.png"
     fig.savefig(path, dpi=DPI)
+    fig.savefig(path.with_suffix(".svg"))  # the same figure as a vector file
     return path
 
 

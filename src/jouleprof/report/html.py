@@ -40,6 +40,15 @@ figure{margin:1em 0}figure img{max-width:100%;border:1px solid #eee}
 figcaption{color:#555;font-size:.85em;max-width:60em}
 .missing{color:#a03030;border:1px dashed #d99;padding:.6em;margin:1em 0}
 ul.sentences li{margin:.2em 0}.files{font-size:.85em;color:#555}
+.simulated{background:#fff3cd;border:3px solid #e0a800;color:#5c4400;padding:.8em 1em;
+font-weight:600;margin:1em 0;font-size:1.05em}
+table.answer td.value{font-size:1.15em;font-weight:600;white-space:nowrap}
+.src{display:inline-block;border-radius:3px;padding:0 .4em;font-size:.8em;font-weight:600;
+text-transform:uppercase;letter-spacing:.03em}
+.src-measured{background:#d8f0dc;color:#1d5e2b}.src-estimated{background:#e3e9f7;color:#23407a}
+.src-predicted{background:#efe3f7;color:#5a237a}.src-simulated{background:#e0a800;color:#000}
+.src-unavailable{background:#f4dada;color:#7a2323}
+details{margin:1em 0}summary{cursor:pointer;font-weight:600}
 """
 
 
@@ -164,7 +173,7 @@ def fresh_report_dir(path: Path) -> Path:
         raise RunDirError(f"{out} is a file: remove it so the report can use that name")
     out.mkdir(exist_ok=True)
     for p in out.iterdir():
-        if p.is_file() and p.suffix in (".png", ".csv", ".md"):
+        if p.is_file() and p.suffix in (".png", ".svg", ".csv", ".md"):
             p.unlink()
     return out
 
@@ -299,16 +308,23 @@ def build_run_report(run_dir: Path) -> Report:
     if steps is not None and {"segment", "host_step_s"} <= set(steps.columns):
         plots.append(guarded("step_times", "Step times", F.step_time_plot, steps, out))
 
+    from jouleprof.report import answer as A
+
+    reasons = A.Reasons()
+    heads = A.headlines(rec, reasons)
+    src = A.phases_source(phases, rec)
     tables = write_tables(
         [
-            T.summary_table(rec),
+            A.phase_breakdown(phases, src),
+            T.summary_table(rec, reasons),
             T.phase_energy_table(phases) if phases is not None else None,
             T.method_comparison_table(phases) if phases is not None else None,
             T.phase_time_table(stats) if stats is not None and len(stats) else None,
         ],
         out,
     )
-    notes = T.run_notes(rec)
+    banner = A.simulated_banner(rec)
+    notes = [n for n in T.run_notes(rec) if not reasons.covers(n) and not (banner and n == banner)]
     report = Report("run", run_dir, plots=plots, tables=tables, notes=notes)
     by_name = {t.name: t for t in tables}
     report.html = render(
@@ -317,6 +333,14 @@ def build_run_report(run_dir: Path) -> Report:
         record=rec,
         facts=T.run_facts(rec),
         notes=notes,
+        reasons=reasons.items,
+        headlines=heads,
+        simulated=banner,
+        trained_on=A.trained_on(rec),
+        phases_source=src,
+        breakdown=by_name.get("phase_breakdown"),
+        hardware=A.flat_facts(rec.hardware),
+        environment=A.flat_facts(rec.environment),
         overhead=T.overhead_text(rec),
         attribution_reason=attribution_reason,
         attribution=rec.extra.get("attribution") or {},

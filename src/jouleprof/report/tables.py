@@ -162,8 +162,11 @@ def read_optional_csv(path: Path) -> pd.DataFrame | None:
     return df if len(df) else None
 
 
-def summary_table(record: RunRecord) -> Table:
-    """Every summary figure of run.json: value, bounds, source, signal, and why if unavailable."""
+def summary_table(record: RunRecord, reasons: Any = None) -> Table:
+    """Every summary figure of run.json: value, bounds, source, signal, and why if unavailable.
+
+    With `reasons` (report.answer.Reasons), an unavailable figure reads "unavailable [n]" and
+    its reason is said once, as reason n, in the report's list of reasons."""
     rows, shown = [], []
     for key, f in record.summary.items():
         rows.append(
@@ -181,7 +184,9 @@ def summary_table(record: RunRecord) -> Table:
         shown.append(
             {
                 "figure": key,
-                "value": figure_value_text(f),
+                "value": figure_value_text(f)
+                if f.value is not None or reasons is None
+                else f"unavailable [{reasons.number(f.reason, key)}]",
                 "source": source_text(f.source.value, f.signal),
                 "note": f.reason if f.value is not None and f.reason else "",
             }
