@@ -372,7 +372,11 @@ def run_video_study(
         def skip(cell, statuses):
             if cell.cell_id in now:
                 return None
-            return ("not-run", "its stage was not asked for in this call")
+            return (
+                "not-run",
+                "not run in this call: its stage was not asked for, or the time budget ran out "
+                "before it (rerun the study to resume)",
+            )
 
         if on_stage:
             on_stage(part, len(new))
