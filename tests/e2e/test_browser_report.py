@@ -1,0 +1,248 @@
+"""The HTML reports in a real headless browser (Debian's chromium, driven over the DevTools
+protocol): each renders, every figure loads, nothing is logged as an error, and the numbers
+shown are run.json's. Skips with the reason where chromium or websocket-client is absent.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from jouleprof.types import Figure, Source
+
+CHROMIUM = next(
+    (shutil.which(n) for n in ("chromium", "chromium-browser") if shutil.which(n)), None
+)
+FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+    "--remote-debugging-port=0",
+)
+
+
+class Browser:
+    """One headless chromium, one page, spoken to over the DevTools protocol."""
+
+    def __init__(self, profile: Path) -> None:
+        import websocket  # websocket-client
+
+        self.proc = subprocess.Popen(
+            [CHROMIUM, *FLAGS, f"--user-data-dir={profile}", "about:blank"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        port_file = profile / "DevToolsActivePort"
+        deadline = time.monotonic() + 30
+        while not (port_file.is_file() and port_file.read_text().strip()):
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                self.close()
+                pytest.fail("chromium did not open its DevTools port within 30 s")
+            time.sleep(0.1)
+        port = int(port_file.read_text().split()[0])
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10) as r:
+            page = next(t for t in json.load(r) if t["type"] == "page")
+        self.ws = websocket.create_connection(page["webSocketDebuggerUrl"], timeout=30)
+        self.n = 0
+        self.events: list[dict] = []
+        for domain in ("Page", "Runtime", "Log", "Network"):
+            self.call(f"{domain}.enable")
+
+    def call(self, method: str, **params):
+        self.n += 1
+        self.ws.send(json.dumps({"id": self.n, "method": method, "params": params}))
+        while True:
+            msg = json.loads(self.ws.recv())
+            if msg.get("id") == self.n:
+                if "error" in msg:
+                    raise RuntimeError(f"{method}: {msg['error']}")
+                return msg.get("result", {})
+            self.events.append(msg)
+
+    def open(self, path: Path) -> None:
+        """Load a file and wait for its load event; the page's events start afresh."""
+        self.events = []
+        self.call("Page.navigate", url=path.absolute().as_uri())
+        deadline = time.monotonic() + 30
+        while not any(e.get("method") == "Page.loadEventFired" for e in self.events):
+            if time.monotonic() > deadline:
+                pytest.fail(f"{path} did not finish loading within 30 s")
+            self.events.append(json.loads(self.ws.recv()))
+
+    def js(self, expr: str):
+        r = self.call("Runtime.evaluate", expression=expr, returnByValue=True)
+        if "exceptionDetails" in r:
+            raise RuntimeError(f"{expr}: {r['exceptionDetails']}")
+        return r["result"].get("value")
+
+    def errors(self) -> list[str]:
+        """Console errors, uncaught exceptions and failed loads since the page was opened."""
+        out = []
+        for e in self.events:
+            m, p = e.get("method"), e.get("params", {})
+            if m == "Runtime.exceptionThrown":
+                out.append(f"exception: {p['exceptionDetails'].get('text')}")
+            elif m == "Runtime.consoleAPICalled" and p.get("type") in ("error", "assert"):
+                out.append(f"console.{p['type']}: {p.get('args')}")
+            elif m == "Log.entryAdded" and p["entry"].get("level") == "error":
+                out.append(f"log: {p['entry'].get('text')} ({p['entry'].get('url')})")
+            elif m == "Network.loadingFailed" and not p.get("canceled"):
+                out.append(f"load failed: {p.get('errorText')}")
+        return out
+
+    def close(self) -> None:
+        try:
+            if hasattr(self, "ws"):
+                self.call("Browser.close")
+        except Exception:
+            pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    if CHROMIUM is None:
+        pytest.skip("no chromium to check the HTML in: apt-get install chromium")
+    pytest.importorskip(
+        "websocket", reason="websocket-client not installed: pip install websocket-client"
+    )
+    if os.geteuid() == 0 and "--no-sandbox" not in FLAGS:
+        pytest.skip("chromium needs --no-sandbox as root")
+    b = Browser(tmp_path_factory.mktemp("chromium-profile"))
+    yield b
+    b.close()
+
+
+def sim_cell(path: Path) -> Path:
+    """A fine cell with telemetry and phases (the simulated workload), summarized and attributed
+    like a real one."""
+    from jouleprof.bench.cellsummary import finish_cell
+    from jouleprof.sensors.simulated_workload import PhaseSpec, simulate_training
+    from jouleprof.store.rundir import RunDir
+    from jouleprof.types import RunRecord, RunStatus
+
+    spec = [
+        PhaseSpec("data", 0.004, 150.0),
+        PhaseSpec("forward", 0.06, 480.0),
+        PhaseSpec("backward", 0.10, 600.0),
+        PhaseSpec("optimizer", 0.035, 430.0),
+    ]
+    sim = simulate_training(spec, 24, seed=3)
+    t0, t1 = sim.spans[0].t0_s, sim.spans[-1].t1_s
+    rec = RunRecord(
+        run_id=path.name,
+        kind="cell",
+        status=RunStatus.COMPLETE,
+        config={"cell": {"workload": "vjepa2", "preset": "tiny", "mode": "fine", "batch_size": 2}},
+        hardware={"gpus": [{"device": "gpu0", "name": "NVIDIA H200"}], "driver_version": "580"},
+        extra={"mode": "fine", "trained_on": "cuda"},
+    )
+    rec.extra["measured_segment"] = {"t0_s": t0, "t1_s": t1, "steps": 24, "samples": 48}
+    rd = RunDir.create(path, rec)
+    for writer, rows in ((rd.sample_writer(), sim.samples), (rd.span_writer(), sim.spans)):
+        writer.write(rows)
+        writer.close()
+    finish_cell(path)
+    rec = rd.read_record()
+    rec.summary["throughput_samples_per_s"] = Figure.measured(12.3456, "samples/s", signal="timer")
+    rd.write_record(rec)
+    return path
+
+
+def as_simulated(src: Path, dst: Path) -> Path:
+    """A copy of a run, marked as a CPU run whose GPU figures came from the simulated GPU."""
+    from jouleprof.store.rundir import RunDir
+
+    shutil.copytree(src, dst)
+    rd = RunDir(dst)
+    rec = rd.read_record()
+    rec.extra["trained_on"] = "cpu"
+    rec.extra["simulated_gpu"] = {"source": "simulated", "note": "SIMULATED: no GPU was measured"}
+    for k, f in list(rec.summary.items()):
+        if f.unit == "J" and f.value is not None:
+            rec.summary[k] = Figure(f.value, f.unit, Source.SIMULATED, lo=f.lo, hi=f.hi)
+    rd.write_record(rec)
+    return dst
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    return sim_cell(tmp_path_factory.mktemp("runs") / "run")
+
+
+def _number(text: str) -> float:
+    m = re.search(r"[−-]?[\d,]*\.?\d+(?:e[−-]?\d+)?", text)
+    assert m, text
+    return float(m.group().replace(",", "").replace("−", "-"))
+
+
+def test_run_report_in_a_browser(browser, run_dir):
+    from jouleprof.report import write_run_report
+
+    run = run_dir
+    html = write_run_report(run)
+    browser.open(html)
+    assert browser.errors() == []
+    sections = browser.js("Array.from(document.querySelectorAll('section')).map(s => s.id)")
+    assert sections[:2] == ["answer", "timelines"]  # the answer first, then the timelines
+    images = browser.js(
+        "Array.from(document.images).map(i => [i.alt, i.complete && i.naturalWidth > 0])"
+    )
+    assert len(images) >= 4 and all(ok for _, ok in images), images
+    summary = json.loads((run / "run.json").read_text())["summary"]
+    shown = browser.js(
+        "Array.from(document.querySelectorAll('[data-key]'))"
+        ".map(e => [e.dataset.key, e.dataset.value || null, e.textContent])"
+    )
+    assert {"segment_gpu_energy_j", "energy_per_sample_j", "throughput_samples_per_s"} <= {
+        k for k, _, _ in shown
+    }
+    for key, value, text in shown:
+        want = summary[key]["value"]
+        if want is None:
+            assert value is None and text.startswith("unavailable")
+            continue
+        assert float(value) == want  # the page carries run.json's number exactly
+        assert _number(text) == pytest.approx(want, rel=5e-4), (key, text)  # shown to 4 digits
+    badges = browser.js(
+        "Array.from(document.querySelectorAll('#answer .src')).map(e => e.textContent)"
+    )
+    assert set(badges) <= {"measured", "estimated", "predicted", "simulated", "unavailable"}
+    assert browser.js("document.getElementById('simulated-banner')") is None
+    assert "GPU" in browser.js("document.getElementById('trained-on').textContent")
+
+
+def test_a_simulated_run_says_so_unmistakably(browser, run_dir, tmp_path):
+    from jouleprof.report import write_run_report
+
+    run = as_simulated(run_dir, tmp_path / "sim")
+    browser.open(write_run_report(run))
+    assert browser.errors() == []
+    banner = browser.js(
+        "(() => { const b = document.getElementById('simulated-banner');"
+        " const r = b.getBoundingClientRect(); return [b.textContent, r.top, r.height]; })()"
+    )
+    assert "SIMULATED" in banner[0] and banner[2] > 20 and banner[1] < 400  # at the top, visible
+    energy = browser.js(
+        "document.querySelector('[data-key=segment_gpu_energy_j]').parentElement.textContent"
+    )
+    assert "simulated" in energy
+    assert browser.js("document.getElementById('trained-on').textContent").startswith("CPU")
