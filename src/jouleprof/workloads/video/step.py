@@ -115,9 +115,26 @@ class VideoTrainer:
         self.precision = get_precision(cfg.precision)
         frames, size = cfg.clip
         torch.manual_seed(cfg.seed)
-        vc = build_model(
-            cfg.model, cfg.num_classes, weights=cfg.weights, tiny=cfg.tiny, frames=frames, size=size
-        )
+
+        def make():
+            return build_model(
+                cfg.model, cfg.num_classes, weights=cfg.weights, tiny=cfg.tiny, frames=frames,
+                size=size,
+            )
+
+        # Random initialization runs on the GPU where nothing is quantized: initializing ~100 M
+        # parameters on the host took seconds a cell. A quantized base is built on the host:
+        # bitsandbytes quantizes a weight as it moves to the GPU.
+        quantized = cfg.method == "qlora" or self.precision.base_bits is not None
+        vc = None
+        if self.device.type == "cuda" and cfg.weights is None and not quantized:
+            try:
+                with self.device:
+                    vc = make()
+            except Exception:  # a builder that cannot initialize on the device: the host then
+                vc = None
+        if vc is None:
+            vc = make()
         self.classifier = vc
         self.model = adapt(vc, cfg.method, cfg.precision, cfg.adapt, device=self.device)
         if cfg.checkpointing:
