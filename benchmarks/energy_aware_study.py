@@ -271,8 +271,9 @@ def main() -> int:
     from jouleprof.workloads.energy_aware.sparse_probe import DEFAULT_SPARSITIES, run_probe
 
     df = load_cells(study_dir)
-    sp = sorted({round(float(v), 2) for v in df.get("activation_sparsity", []) if v == v})
-    extra = [s for s in (sp[len(sp) // 2],) if s < 1] if sp else []
+    sp = [float(v) for v in df.get("activation_sparsity", []) if v == v]  # NaN ≠ NaN
+    med = round(sorted(sp)[len(sp) // 2], 2) if sp else None
+    extra = [med] if med is not None and med < 1 else []  # the cells' median sparsity
     sparsities = sorted(set(DEFAULT_SPARSITIES) | set(extra))
     try:
         probe_dir = args.out / "sparse_probe_run"

@@ -57,6 +57,7 @@ def test_no_saving_when_joules_do_not_follow_e(tmp_path):
     res = analyze_study(make_study(tmp_path, 0.0), plots=False)
     assert res.n_complete == 24
     assert "does not save measurable GPU energy" in res.verdict
+    assert "Largest λ keeping accuracy within 0.5 points of λ = 0: a/d1 0.01" in res.verdict
     assert "median factor of 100" in res.verdict or "median factor of 9" in res.verdict
     for g in res.groups:
         r = g["train_gpu_energy_j_ratio"]
@@ -74,7 +75,7 @@ def test_no_saving_when_joules_do_not_follow_e(tmp_path):
 def test_saving_is_called_a_saving(tmp_path):
     out = make_study(tmp_path, 0.2)
     res = analyze_study(out, plots=True)
-    assert "saved measurable GPU energy in 4 training" in res.verdict
+    assert "saved measurable GPU energy in training and inference" in res.verdict
     for g in res.groups:
         assert g["train_gpu_energy_j_ratio"]["ratio"] == pytest.approx(0.8, abs=0.02)
         assert g["train_gpu_energy_j_ratio"]["hi"] < 0.98

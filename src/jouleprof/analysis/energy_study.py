@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jouleprof.analysis.effects import fmt, level_means, ratio_of_means, spearman
+from jouleprof.analysis.effects import level_means, ratio_of_means, spearman
 
 FACTORS = ("arch", "dataset", "lam")
 RESPONSES = {
@@ -40,6 +40,8 @@ FIGURE_KEYS = (
     "infer_gpu_power_w",
     "infer_gpu_util_pct",
 )
+ACCURACY_KEPT = 0.005
+"""Accuracy within this of λ = 0's counts as kept (the half point of the claim under test)."""
 SAVING_THRESHOLD = 0.02
 """A change of measured energy smaller than this fraction is called no saving even when its
 interval excludes zero."""
@@ -231,6 +233,22 @@ def _groups(done, res: StudyAnalysis) -> None:
         for c in ("train_gpu_energy_j", "infer_gpu_energy_j"):
             if c in g:
                 row[f"spearman_internal~{c}"] = spearman(g["internal_energy"], g[c])
+        if "accuracy" in g and g["accuracy"].notna().any() and len(lo_g):
+            # the largest λ whose mean accuracy stays within ACCURACY_KEPT of λ = 0's
+            acc0 = float(lo_g["accuracy"].mean())
+            kept = [
+                (lam, sub)
+                for lam, sub in g.groupby("lam")
+                if float(sub["accuracy"].mean()) >= acc0 - ACCURACY_KEPT
+            ]
+            lam_k, sub_k = max(kept, key=lambda t: t[0])
+            row["lam_accuracy_kept"] = float(lam_k)
+            if "internal_energy" in sub_k and len(lo_g):
+                row["internal_energy_ratio_kept"] = ratio_of_means(
+                    sub_k["internal_energy"], lo_g["internal_energy"]
+                )
+            if "activation_sparsity" in sub_k:
+                row["sparsity_accuracy_kept"] = float(sub_k["activation_sparsity"].mean())
         res.groups.append(row)
 
 
@@ -246,6 +264,18 @@ def _classify(r: dict | None) -> str:
     if r["hi"] < 1 or r["lo"] > 1:
         return f"changes < {SAVING_THRESHOLD:.0%}"
     return "no measurable change"
+
+
+def _lam_term(anova: dict[str, Any]) -> dict[str, float]:
+    """λ's main effect (partial η², p) from an ANOVA's JSON, or {} where there is none."""
+    for t in anova.get("terms", []):
+        if t["term"] == "lam" and t.get("p") is not None:
+            return {"eta2": t["partial_eta2"], "p": t["p"]}
+    return {}
+
+
+def _significant(effect: dict[str, Any]) -> bool:
+    return effect.get("p") is not None and effect["p"] < 0.05
 
 
 def _verdict(done, res: StudyAnalysis) -> None:
@@ -266,8 +296,23 @@ def _verdict(done, res: StudyAnalysis) -> None:
             f"factor of {np.median(e_fac):.3g} (range {min(e_fac):.3g}–{max(e_fac):.3g}) over "
             f"{len(e_fac)} architecture × dataset groups."
         )
+    acc = [g["accuracy_change"] for g in res.groups if g.get("accuracy_change") is not None]
+    if acc:
+        kept = ", ".join(
+            f"{g['arch']}/{g['dataset']} {g['lam_accuracy_kept']:g}"
+            for g in res.groups
+            if "lam_accuracy_kept" in g
+        )
+        lines.append(
+            f"Accuracy at λ_max versus λ = 0: median change {np.median(acc) * 100:+.1f} points "
+            f"(range {min(acc) * 100:+.1f} to {max(acc) * 100:+.1f}). Largest λ keeping accuracy "
+            f"within {ACCURACY_KEPT * 100:g} points of λ = 0: {kept}."
+        )
+    simulated = "simulated" in (res.energy_source or "")
+    word = "Simulated" if simulated else "Measured"
+    effects: dict[str, dict[str, Any]] = {}
+    n_excl = n_cmp = 0
     for c, what in (("train_gpu_energy_j", "training"), ("infer_gpu_energy_j", "inference")):
-        cls = [_classify(g.get(f"{c}_ratio")) for g in res.groups]
         ratios = [
             g[f"{c}_ratio"]["ratio"] for g in res.groups if g.get(f"{c}_ratio", {}).get("ratio")
         ]
@@ -276,43 +321,60 @@ def _verdict(done, res: StudyAnalysis) -> None:
             col = f"{c}_reason"
             if col in done and done[col].notna().any():
                 reason = f" ({done[col].dropna().iloc[0]})"
-            lines.append(f"Measured GPU energy of {what}: not measured{reason}.")
+            lines.append(f"{word} GPU energy of {what}: not measured{reason}.")
             continue
-        counts = {k: cls.count(k) for k in sorted(set(cls))}
-        med = (np.median(ratios) - 1) * 100
-        word = "Simulated" if "simulated" in (res.energy_source or "") else "Measured"
-        lines.append(
-            f"{word} GPU energy of {what} at λ_max versus λ = 0: median change {med:+.1f} % "
-            f"(groups: " + ", ".join(f"{v} {k}" for k, v in counts.items()) + ")."
-        )
-    simulated = "simulated" in (res.energy_source or "")
+        cls = [_classify(g.get(f"{c}_ratio")) for g in res.groups]
+        n_cmp += sum(k not in ("unmeasured", "no interval") for k in cls)
+        n_excl += sum(k in ("saves", "costs") or k.startswith("changes") for k in cls)
+        med = float(np.median(ratios) - 1)
+        term = _lam_term(res.anovas.get(c, {}))
+        effects[what] = {"median": med, **term}
+        txt = f"{word} GPU energy of {what} at λ_max versus λ = 0: median change {med:+.1%}"
+        if term:
+            txt += (
+                f"; λ's main effect in the ANOVA: partial η² = {term['eta2']:.3g}, "
+                f"p = {term['p']:.3g}"
+            )
+        lines.append(txt.replace("%", " %") + ".")
     small_e = bool(e_fac) and float(np.median(e_fac)) < 2
-    train_cls = [_classify(g.get("train_gpu_energy_j_ratio")) for g in res.groups]
-    infer_cls = [_classify(g.get("infer_gpu_energy_j_ratio")) for g in res.groups]
+    saves = [w for w, e in effects.items() if _significant(e) and e["median"] < -SAVING_THRESHOLD]
+    costs = [w for w, e in effects.items() if _significant(e) and e["median"] > SAVING_THRESHOLD]
+    chance = (
+        f" {n_excl} of the {n_cmp} per-group 95 % intervals exclude no change — about what "
+        f"chance gives among {n_cmp} comparisons ({0.05 * n_cmp:.1f} expected)."
+        if n_cmp
+        else ""
+    )
     if simulated:
         lines.append(
             "Verdict: undecided — the energy figures come from a simulated GPU (a testing aid), "
             "not from a measurement."
         )
-    elif all(c == "unmeasured" for c in train_cls + infer_cls):
+    elif not effects:
         lines.append("Verdict: undecided — no cell measured GPU energy (run it on a GPU).")
     elif small_e:
         lines.append(
             f"Verdict: undecided — the regularizer lowered E by only ×{np.median(e_fac):.3g} "
             "here, too little to tell whether a lower E saves joules (raise λ or train longer)."
         )
-    elif any(c == "saves" for c in train_cls + infer_cls):
+    elif saves:
         lines.append(
-            "Verdict: the regularizer saved measurable GPU energy in "
-            f"{sum(c == 'saves' for c in train_cls)} training and "
-            f"{sum(c == 'saves' for c in infer_cls)} inference groups of {len(train_cls)}; "
-            "elsewhere it did not."
+            f"Verdict: the regularizer saved measurable GPU energy in {' and '.join(saves)} "
+            "(λ's effect significant at p < 0.05, median change beyond "
+            f"{SAVING_THRESHOLD:.0%})."
+            + (f" It cost energy in {' and '.join(costs)}." if costs else "")
+        )
+    elif costs:
+        lines.append(
+            f"Verdict: the regularizer cost measurable GPU energy in {' and '.join(costs)}."
         )
     else:
         lines.append(
-            "Verdict: on this hardware the regularizer does not save measurable GPU energy. "
-            "The dense kernels these models run (cuBLAS/cuDNN matmuls and convolutions) execute "
-            "every multiply-accumulate whether an activation is zero or not, so a lower "
+            "Verdict: on this hardware the regularizer does not save measurable GPU energy: λ "
+            "has no significant effect on the measured joules while it lowers internal E."
+            + chance
+            + " The dense kernels these models run (cuBLAS/cuDNN matmuls and convolutions) "
+            "execute every multiply-accumulate whether an activation is zero or not, so a lower "
             "internal E leaves the work, and the joules, where they were."
         )
     res.verdict = "\n".join(lines)
@@ -327,44 +389,70 @@ def _sparse(study_dir: Path, done, res: StudyAnalysis) -> None:
             "for this study."
         )
         return
-    rows = json.loads(p.read_text()).get("rows", [])
+    probe = json.loads(p.read_text())
+    rows = probe.get("rows", [])
     res.sparse_probe = rows
-    sp = float(done["activation_sparsity"].median()) if "activation_sparsity" in done else None
-    ok = [r for r in rows if r.get("sparse_s") and r.get("dense_s")]
+    ok = sorted((r for r in rows if r.get("sparse_s") and r.get("dense_s")),
+                key=lambda r: r["sparsity"])  # fmt: skip
     if not ok:
         res.sparse_statement = "The sparse-kernel probe recorded no usable timing."
         return
-    faster = [r["sparsity"] for r in ok if r["sparse_s"] < r["dense_s"]]
-    slower = [r["sparsity"] for r in ok if r["sparse_s"] >= r["dense_s"]]
-    near = min(ok, key=lambda r: abs(r["sparsity"] - (sp or 0)))
-    zero = next((r for r in ok if r["sparsity"] == 0), None)
+    shape = probe.get("shape", {})
+    pct = lambda v: ", ".join(f"{x:.0%}" for x in v)  # noqa: E731
+    dense_ms = [r["dense_s"] * 1e3 for r in ok]
     line = (
-        f"Sparse-kernel probe: at {near['sparsity']:.0%} zeros (nearest to the cells' median "
-        f"measured activation sparsity, {fmt(sp)}), a CSR sparse × dense matmul took "
-        f"{near['sparse_s'] * 1e3:.3g} ms versus {near['dense_s'] * 1e3:.3g} ms for the dense "
-        "kernel"
+        f"Sparse-kernel probe ({shape.get('m')}×{shape.get('k')} activations times a "
+        f"{shape.get('k')}×{shape.get('n')} weight): the dense kernel took "
+        f"{min(dense_ms):.3g}–{max(dense_ms):.3g} ms whatever the zeros"
     )
-    if zero is not None and near.get("dense_j") and zero.get("dense_j"):
-        sim = (
-            " (simulated energy, not a measurement)"
-            if any(r.get("dense_energy_source") == "simulated" for r in ok)
-            else ""
-        )
+    zero = ok[0] if ok[0]["sparsity"] == 0 else None
+    if zero is not None and zero.get("dense_j") and all(r.get("dense_j") for r in ok):
+        moves = [(r["dense_j"] / zero["dense_j"] - 1) * 100 for r in ok[1:]]
+        sim = " (simulated energy)" if zero.get("dense_energy_source") == "simulated" else ""
         line += (
-            f"; the dense kernel spent {near['dense_j']:.3g} J per call on that data versus "
-            f"{zero['dense_j']:.3g} J ({zero['dense_s'] * 1e3:.3g} ms) on data without zeros "
-            f"({(near['dense_j'] / zero['dense_j'] - 1) * 100:+.1f} %){sim}"
+            f", and its energy per call moved by {min(moves):+.1f} to {max(moves):+.1f} % "
+            f"from 0 % zeros up to {ok[-1]['sparsity']:.0%}{sim}"
         )
+    faster = [r for r in ok if r["sparse_s"] < r["dense_s"]]
+    slower = [r for r in ok if r["sparse_s"] >= r["dense_s"]]
     line += ". "
-    pcts = lambda v: ", ".join(f"{x:.0%}" for x in v)  # noqa: E731
     if not faster:
-        line += "The sparse kernel was slower than the dense one at every sparsity probed."
+        line += "The CSR sparse kernel was slower than the dense one at every sparsity probed."
     elif not slower:
-        line += "The sparse kernel was faster than the dense one at every sparsity probed."
+        line += "The CSR sparse kernel was faster than the dense one at every sparsity probed."
     else:
+        best = faster[-1]
         line += (
-            f"The sparse kernel was faster than the dense one at {pcts(faster)} zeros and "
-            f"slower at {pcts(slower)}."
+            f"The CSR sparse kernel was slower at {pct(r['sparsity'] for r in slower)} zeros "
+            f"and faster at {pct(r['sparsity'] for r in faster)} (at {best['sparsity']:.0%}: "
+            f"{best['sparse_s'] * 1e3:.3g} versus {best['dense_s'] * 1e3:.3g} ms"
+            + (
+                f", {best['sparse_j']:.3g} versus {best['dense_j']:.3g} J per call"
+                if best.get("sparse_j") and best.get("dense_j")
+                else ""
+            )
+            + ")."
+        )
+    kept = [
+        (g["sparsity_accuracy_kept"], g)
+        for g in res.groups
+        if g.get("sparsity_accuracy_kept") is not None
+    ]
+    if kept:
+        sp, g = max(kept, key=lambda t: t[0])
+        line += (
+            f" The sparsest activations that kept accuracy: {g['arch']}/{g['dataset']} at "
+            f"λ = {g['lam_accuracy_kept']:g}, {sp:.0%} zeros"
+        )
+        if slower and sp <= slower[-1]["sparsity"]:
+            line += ", below the sparsity at which the CSR kernel stops losing to the dense one"
+        line += "."
+    if "train_gpu_util_pct" in done and done["train_gpu_util_pct"].notna().any():
+        util = float(done["train_gpu_util_pct"].median())
+        line += (
+            f" The study's cells kept the GPU busy a median {util:.0f}"
+            " % of their training time (NVML utilization): their layers are far smaller than the "
+            "probe's, so their time goes to kernel launches more than to MACs."
         )
     res.sparse_statement = line
 

@@ -87,8 +87,8 @@ def markdown_report(res: StudyAnalysis, study: dict[str, Any]) -> str:
             "Ratios of means over seeds, 95 % intervals (delta method, Welch).",
             "",
             "| arch | dataset | internal E | accuracy Δ (points) | training J | inference J | "
-            "training time | ρ(E, training J) |",
-            "|---|---|---:|---:|---:|---:|---:|---:|",
+            "training time | ρ(E, training J) | largest λ keeping accuracy | E there |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for g in res.groups:
             rho = g.get("spearman_internal~train_gpu_energy_j", {})
@@ -98,7 +98,9 @@ def markdown_report(res: StudyAnalysis, study: dict[str, Any]) -> str:
                 f" | {fmt(acc * 100 if acc is not None else None)} | "
                 f"{_ratio(g.get('train_gpu_energy_j_ratio'))} | "
                 f"{_ratio(g.get('infer_gpu_energy_j_ratio'))} | "
-                f"{_ratio(g.get('train_time_s_ratio'))} | {fmt(rho.get('rho'))} |"
+                f"{_ratio(g.get('train_time_s_ratio'))} | {fmt(rho.get('rho'))} | "
+                f"{fmt(g.get('lam_accuracy_kept'))} | "
+                f"{_ratio(g.get('internal_energy_ratio_kept'), False)} |"
             )
         L.append("")
     if res.table:
