@@ -160,6 +160,7 @@ def worker(args) -> int:
             row = {**r, "status": "failed", "error": f"{type(e).__name__}: {e}"[:300],
                    "seconds_total": round(time.time() - t0, 2)}
         _append(out, row)
+        (out / "current.txt").unlink(missing_ok=True)  # between configurations: none in flight
         print(f"{r['id']:>34s}  {row['status']:>8s}  {row.get('j_per_step', '')!s:>10.8s} J/step"
               f"  {time.time() - t0:5.1f} s", flush=True)
         gc.collect()

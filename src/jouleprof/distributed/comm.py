@@ -6,8 +6,8 @@ span of its own in comm_spans.csv (kind, t0_s, t1_s, bytes), on the run's clock,
 spans.csv. They are seen two ways:
 
 - `CommRecorder.patch()`: wraps torch.distributed.all_reduce / all_gather_into_tensor /
-  reduce_scatter_tensor / all_gather / reduce_scatter while active (FSDP2 and user code call
-  these); an asynchronous call is timed from its issue to the host's `wait()`;
+  reduce_scatter_tensor / all_gather / reduce_scatter / all_gather_single /
+  reduce_scatter_single while active (FSDP2 and user code call these); an asynchronous call is timed from its issue to the host's `wait()`;
 - `CommRecorder.ddp_hook`: a DDP communication hook that all-reduces each gradient bucket and
   times it from the hook to the completion of its future.
 
@@ -29,7 +29,13 @@ from typing import Any
 COMM_SPANS_CSV = "comm_spans.csv"
 COMM_COLUMNS = ("kind", "t0_s", "t1_s", "bytes")
 _PATCHED = ("all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor", "all_gather",
-            "reduce_scatter")
+            "reduce_scatter", "all_gather_single", "reduce_scatter_single")
+
+
+def _kind(name: str) -> str:
+    if name == "all_reduce":
+        return "allreduce"
+    return "allgather" if "gather" in name else "reducescatter"
 
 
 @dataclass
@@ -87,11 +93,13 @@ class CommRecorder:
         saved = {name: getattr(dist, name) for name in _PATCHED if hasattr(dist, name)}
 
         def wrap(name, fn):
-            kind = name.replace("_into_tensor", "").replace("_tensor", "").replace("_", "")
+            kind = _kind(name)
 
             def timed(*args, **kwargs):
                 t0 = time.perf_counter_ns()
-                nbytes = _nbytes(args[0] if args else next(iter(kwargs.values()), None))
+                # the full buffer: the output of a gather, the input of a scatter
+                tensors = [*args[:2], *(v for k, v in kwargs.items() if "tensor" in k)]
+                nbytes = max((_nbytes(t) for t in tensors), default=0)
                 work = fn(*args, **kwargs)
                 if kwargs.get("async_op") and work is not None:
                     return _TimedWork(work, self, kind, t0, nbytes)

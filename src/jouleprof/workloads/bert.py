@@ -46,6 +46,8 @@ class BertTrainConfig:
     """The measured segment lasts at least this long (synced steps)."""
     min_steps: int = 3
     """...and at least this many steps."""
+    dropout: float = 0.1
+    """Hidden and attention dropout (BertConfig's default); 0 makes steps deterministic."""
     mask_prob: float = 0.15
     """Share of positions that carry a label (the rest are -100)."""
     lr: float = 1e-4
@@ -75,6 +77,8 @@ class BertTrainConfig:
             raise ValueError(f"warmup_steps must be ≥ 0, got {self.warmup_steps}")
         if not self.min_measure_s >= 0:
             raise ValueError(f"min_measure_s must be ≥ 0 seconds, got {self.min_measure_s}")
+        if not 0 <= self.dropout < 1:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
         if not 0 < self.mask_prob <= 1:
             raise ValueError(f"mask_prob must be in (0, 1], got {self.mask_prob}")
 
@@ -133,6 +137,8 @@ def hf_config(cfg: BertTrainConfig):
         num_attention_heads=cfg.heads,
         intermediate_size=cfg.intermediate,
         max_position_embeddings=cfg.max_positions,
+        hidden_dropout_prob=cfg.dropout,
+        attention_probs_dropout_prob=cfg.dropout,
         attn_implementation="sdpa",
     )
 
@@ -164,10 +170,16 @@ def make_optimizer(model, cfg: BertTrainConfig):
     import torch
 
     params = [p for p in model.parameters() if p.requires_grad]
+    # Tensor parallelism leaves some parameters plain tensors (embeddings, LayerNorms, the head)
+    # and makes the rest DTensors; one fused kernel takes one kind, so one group each.
+    kinds: dict[str, list] = {}
+    for p in params:
+        kinds.setdefault(type(p.data).__name__, []).append(p)
+    groups = [{"params": ps} for ps in kinds.values()]
     try:
-        return torch.optim.AdamW(params, lr=cfg.lr, fused=True), "fused"
+        return torch.optim.AdamW(groups, lr=cfg.lr, fused=True), "fused"
     except (RuntimeError, TypeError, ValueError) as e:
-        return torch.optim.AdamW(params, lr=cfg.lr, foreach=True), f"foreach ({e})"
+        return torch.optim.AdamW(groups, lr=cfg.lr, foreach=True), f"foreach ({e})"
 
 
 class BertSession:

@@ -1,0 +1,102 @@
+"""The BERT protocol under torchrun (2 processes, gloo, a simulated GPU per rank): DDP, FSDP2 and
+tensor parallel each train the same first step as one process does, and write a reduced run;
+ranks that disagree on the configuration stop with a message naming the field."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+TINY = dict(layers=2, hidden=64, heads=4, seq=16, batch=2, precision="fp32", warmup_steps=1,
+            min_measure_s=0.0, min_steps=2, dropout=0.0)
+
+_SCRIPT = textwrap.dedent("""
+    import json, sys
+    from pathlib import Path
+    import torch.distributed as dist
+    from jouleprof.workloads.bert import BertTrainConfig
+    from jouleprof.workloads.bert_protocol import run_protocol
+    out = Path(sys.argv[1]); tiny = json.loads(sys.argv[2])
+    dist.init_process_group("gloo")  # one group for every run below (the protocol reuses it)
+    for strategy in ("ddp", "fsdp", "tp"):
+        run_protocol(BertTrainConfig(**tiny, strategy=strategy), out / strategy,
+                     simulate_gpu_w=300.0)
+    import os
+    rank = int(os.environ["RANK"])
+    try:
+        run_protocol(BertTrainConfig(**{**tiny, "batch": 2 + rank}, strategy="ddp"), out / "bad")
+    except ValueError as e:
+        (out / f"disagree{rank}.txt").write_text(str(e))
+    dist.destroy_process_group()
+""")
+
+
+@pytest.fixture(scope="module")
+def strategies_job(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("bert_dist")
+    script = tmp / "job.py"
+    script.write_text(_SCRIPT)
+    out = tmp / "out"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+           "--master-port", str(29900 + os.getpid() % 90), str(script), str(out),
+           json.dumps(TINY)]
+    env = {**os.environ, "JOULEPROF_RANK_WAIT_S": "60", "OMP_NUM_THREADS": "1"}
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=400)
+    assert r.returncode == 0, r.stderr[-4000:]
+    return out
+
+
+@pytest.fixture(scope="module")
+def one_process_loss():
+    import torch
+
+    from jouleprof.workloads.bert import BertSession, BertTrainConfig
+
+    s = BertSession(BertTrainConfig(**TINY), torch.device("cpu"))
+    s.step(sync=True)
+    return s.first_loss
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp", "tp"])
+def test_strategy_trains_the_same_first_step_and_reduces_two_ranks(
+    strategies_job, one_process_loss, strategy
+):
+    rec = json.loads((strategies_job / strategy / "run.json").read_text())
+    assert rec["status"] == "complete"
+    s = {k: v["value"] for k, v in rec["summary"].items()}
+    red = rec["extra"]["distributed"]
+    assert red["world_size"] == 2 and red["gpus_used"] == 2
+    # two simulated boards at 300 W, each over its rank's window
+    walls = [r["wall_time_s"] for r in red["per_rank"]]
+    assert s["energy_j"] == pytest.approx(300.0 * sum(walls), rel=0.05)
+    assert s["j_per_step"] == pytest.approx(s["energy_j"] / s["steps"])
+    samples = s["steps"] * TINY["batch"] * (1 if strategy == "tp" else 2)
+    assert s["j_per_sample"] == pytest.approx(s["energy_j"] / samples)
+    bert = rec["extra"]["bert"]
+    assert bert["world_size"] == 2
+    assert bert["first_loss"] == pytest.approx(one_process_loss, rel=2e-6)
+    for r in (0, 1):
+        assert (strategies_job / strategy / "ranks" / f"rank{r}" / "samples.csv").is_file()
+
+
+def test_ddp_and_fsdp_communication_is_its_own_phase(strategies_job):
+    def kinds(strategy):
+        p = strategies_job / strategy / "ranks" / "rank0" / "run.json"
+        return json.loads(p.read_text())["extra"]["comm"]["kinds"]
+
+    ddp = kinds("ddp")
+    assert ddp["allreduce"]["calls"] >= 2 and ddp["allreduce"]["bytes"] > 0
+    fsdp = kinds("fsdp")  # parameters gathered, gradients reduce-scattered
+    assert fsdp["allgather"]["calls"] >= 2 and fsdp["reducescatter"]["calls"] >= 1, fsdp
+
+
+def test_ranks_that_disagree_stop_before_training(strategies_job):
+    msg = (strategies_job / "disagree0.txt").read_text()
+    assert "disagree" in msg and "batch" in msg and "rank 1=3" in msg
+    assert not (strategies_job / "bad" / "run.json").exists()
