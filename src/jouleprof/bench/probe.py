@@ -214,7 +214,8 @@ def run_probe(
         if budget_s is not None and time.monotonic() - t0 >= budget_s:
             break
         batch, todo = todo[: spec.cells_per_process], todo[spec.cells_per_process :]
-        results, rest = _run_worker(batch, cells_dir, spec, python)
+        deadline = None if budget_s is None else time.time() + budget_s - (time.monotonic() - t0)
+        results, rest = _run_worker(batch, cells_dir, spec, python, deadline)
         todo = rest + todo  # cells after a crash restart in a fresh worker
         for row in results:
             append_row(csv_path, row)
@@ -227,9 +228,11 @@ def run_probe(
 
 
 def _run_worker(
-    cells: list[ProbeCell], cells_dir: Path, spec: ProbeSpec, python: str
+    cells: list[ProbeCell], cells_dir: Path, spec: ProbeSpec, python: str,
+    deadline_unix: float | None = None,
 ) -> tuple[list[dict], list[ProbeCell]]:
-    """Run `cells` in one worker; (their rows, the cells after a crash to run again)."""
+    """Run `cells` in one worker; (their rows, the cells to run again: those after a crash, or
+    not started because the budget ran out)."""
     cells_dir.mkdir(parents=True, exist_ok=True)
     items = []
     for c in cells:
@@ -238,7 +241,7 @@ def _run_worker(
             d.rename(d.with_name(f"{d.name}.attempt{int(time.time())}"))
         items.append({"cell": asdict(c), "dir": str(d)})
     job = cells_dir / f"worker_{cells[0].cell_id}.json"
-    job.write_text(json.dumps({"cells": items, "opts": spec.opts()}))
+    job.write_text(json.dumps({"cells": items, "opts": spec.opts(), "deadline_unix": deadline_unix}))
     log = job.with_suffix(".log")
     env = dict(os.environ)
     src = str(Path(__file__).resolve().parents[2])
@@ -260,6 +263,9 @@ def _run_worker(
         if res.exists():
             rows.append(json.loads(res.read_text()))
             continue
+        if rc == 0:  # the worker stopped at the budget's end: not started, not failed
+            rest = cells[i:]
+            break
         # The first cell without a result is the one the worker died in.
         tail = _log_tail(log)
         rows.append({

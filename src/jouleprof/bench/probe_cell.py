@@ -194,8 +194,13 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m jouleprof.bench.probe_cell WORKER.json", file=sys.stderr)
         return 2
     job = json.loads(Path(args[0]).read_text())
-    for item in job["cells"]:
+    deadline = job.get("deadline_unix")
+    for i, item in enumerate(job["cells"]):
         cell = ProbeCell(**item["cell"])
+        if i > 0 and deadline is not None and time.time() >= deadline:
+            # The probe's budget is spent: the cells left return to the probe's queue.
+            print(f"probe budget spent before {cell.cell_id}: stopping", flush=True)
+            return 0
         r = run_cell(cell, Path(item["dir"]), job["opts"])
         print(f"probe cell {cell.cell_id}: {r['status']}", flush=True)
     return 0
