@@ -194,3 +194,45 @@ def test_cooldown_is_recorded_in_the_cell(tmp_path):
     run_matrix(tmp_path, {}, [ok("g", 1.0)], executor=ex, progress=False)
     att = json.loads((tmp_path / "cells" / "g" / "cell.json").read_text())["attempts"][-1]
     assert att["cooldown"]["reason"] == "near idle" and att["cooldown"]["gpus"] == [0]
+
+
+def _dead_writer() -> dict:
+    import subprocess
+
+    out = subprocess.run(
+        [sys.executable, "-c", "import json; from jouleprof.store.rundir import writer_info; "
+         "print(json.dumps(writer_info()))"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    return json.loads(out)
+
+
+def test_collect_indexes_every_run_and_lists_the_broken(tmp_path):
+    from jouleprof.bench.index import collect
+    from jouleprof.store.rundir import RunDir, writer_info
+    from jouleprof.types import RunRecord
+
+    run_matrix(tmp_path, {}, [ok("a", 1.0, lr=0.1), fails("b")], progress=False)
+    crashed = RunRecord(run_id="c", kind="test", extra={"writer": _dead_writer()})
+    RunDir.create(tmp_path / "loose" / "crashed", crashed)
+    live = RunRecord(run_id="l", kind="test", extra={"writer": writer_info()})
+    RunDir.create(tmp_path / "loose" / "live", live)
+    (tmp_path / "loose" / "corrupt").mkdir()
+    (tmp_path / "loose" / "corrupt" / "run.json").write_text('{"status": "comp')
+    (tmp_path / "runs.csv").unlink()
+    index, rows = collect(tmp_path)
+    df = pd.read_csv(index).set_index("cell_id")
+    assert df.loc["a", "status"] == "complete" and df.loc["a", "energy_j"] == 1.0
+    assert df.loc["a", "lr"] == 0.1  # factors from cell.json
+    assert df.loc["b", "status"] == "failed"
+    assert (
+        df.loc["loose/crashed", "status"] == "crashed"
+        and "gone" in df.loc["loose/crashed", "error"]
+    )
+    assert df.loc["loose/live", "status"] == "running"
+    assert (
+        df.loc["loose/corrupt", "status"] == "corrupt"
+        and "unreadable" in df.loc["loose/corrupt", "error"]
+    )
+    pq = pd.read_parquet(tmp_path / "runs.parquet").set_index("cell_id")
+    assert pq.loc["a", "energy_j"] == 1.0 and len(pq) == len(df) == 5

@@ -174,3 +174,106 @@ def write_index(
 def factor_names(factor_dicts) -> list[str]:
     """The union of the cells' factor names, in first-seen order."""
     return list(dict.fromkeys(k for f in factor_dicts for k in f))
+
+
+# -- collect: the index from whatever run directories a folder holds --------------------------
+
+OK_STATUSES = ("complete", "oom")
+
+
+def find_run_dirs(root: Path, max_depth: int = 4) -> list[Path]:
+    """The run directories under `root`: every cells/<id>/ of a study, and every other
+    directory holding a run.json (or a cell.json), at most `max_depth` levels down."""
+    found: list[Path] = []
+    cells = root / CELLS_DIR
+    if cells.is_dir():
+        found += sorted(p for p in cells.iterdir() if p.is_dir())
+    skip = {cells, root / "attempts", root / "report", root / "slurm"}
+
+    def walk(d: Path, depth: int) -> None:
+        if depth > max_depth or d in skip:
+            return
+        try:
+            subs = sorted(p for p in d.iterdir() if p.is_dir() and not p.name.startswith("."))
+        except OSError:
+            return
+        for p in subs:
+            if p in skip:
+                continue
+            if (p / "run.json").exists() or (p / "cell.json").exists():
+                found.append(p)
+            else:
+                walk(p, depth + 1)
+
+    walk(root, 1)
+    return found
+
+
+def run_state(run_dir: Path) -> tuple[str, str]:
+    """(status, reason) of any run directory: cell_status, with a run recorded as running told
+    apart as still running or crashed (its writer gone), and an unreadable run.json corrupt."""
+    status, why = cell_status(run_dir)
+    run, err = read_run_json(run_dir)
+    if (run_dir / "run.json").is_file() and run is None:
+        return "corrupt", err
+    if run is not None and run.get("status") == "running" and status == "incomplete":
+        try:
+            from jouleprof.store.rundir import effective_status
+
+            state = effective_status(run_dir)
+            return state.status, state.reason or "still being written"
+        except Exception as e:  # a record this version cannot read: say so
+            return "corrupt", f"run.json not readable as a run record ({e})"
+    return status, why
+
+
+def collect_rows(root: Path) -> tuple[list[dict[str, Any]], list[str]]:
+    """One row per run directory under `root` (see find_run_dirs) and the factor names;
+    rows of an existing runs.csv whose cell has no directory (a skip rule's) are kept."""
+    rows, factors = [], []
+    seen = set()
+    for d in find_run_dirs(root):
+        try:
+            cell = json.loads((d / "cell.json").read_text()) if (d / "cell.json").is_file() else {}
+        except (OSError, json.JSONDecodeError):
+            cell = {}
+        f = cell.get("factors") if isinstance(cell.get("factors"), dict) else {}
+        cid = cell.get("cell_id") or os.path.relpath(d, root)
+        status, why = run_state(d)
+        if not why and status == "incomplete":
+            why = _last_attempt(d).get("error", "")
+        row: dict[str, Any] = {"cell_id": cid, **{k: v for k, v in f.items() if k not in _FIXED}}
+        row.update(status=status, error=why, run_dir=os.path.relpath(d, root))
+        run, _ = read_run_json(d)
+        values = figure_values(run)
+        for k in INDEX_FIGURES:
+            row[k] = values.pop(k, None)
+        row.update({k: v for k, v in values.items() if k not in row})
+        rows.append(row)
+        factors += [k for k in f if k not in factors]
+        seen.add(row["run_dir"])
+    old = root / INDEX_CSV
+    if old.is_file():
+        import pandas as pd
+
+        try:
+            prev = pd.read_csv(old, dtype=str, keep_default_na=False)
+        except Exception:  # an unreadable old index is replaced, not merged
+            prev = None
+        if prev is not None and "run_dir" in prev.columns:
+            for r in prev.to_dict("records"):
+                if r["run_dir"] not in seen and not (root / r["run_dir"]).exists():
+                    rows.append({k: (v if v != "" else None) for k, v in r.items()})
+    return rows, factors
+
+
+def collect(root: Path, parquet: bool = True) -> tuple[Path, list[dict[str, Any]]]:
+    """Rebuild runs.csv (and runs.parquet where pyarrow is installed) from every run directory
+    under `root`; returns the index path and the rows."""
+    rows, factors = collect_rows(root)
+    if parquet:
+        try:
+            import pyarrow  # noqa: F401
+        except ImportError:
+            parquet = False
+    return write_table(root, rows, factors, parquet=parquet), rows

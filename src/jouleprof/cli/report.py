@@ -18,6 +18,10 @@ def report_cmd(
     json_out: Annotated[
         bool, typer.Option("--json", help="Print what was written as JSON (paths, reasons).")
     ] = False,
+    html: Annotated[
+        Path | None,
+        typer.Option(help="Also write the report (one self-contained HTML file) here."),
+    ] = None,
 ) -> None:
     """Write DIR/report.html and the figures (PNG) and tables (CSV, markdown) under DIR/report/.
 
@@ -36,6 +40,16 @@ def report_cmd(
                 report = build_report(directory)
     except JouleprofError as e:
         fail(str(e))
+    if html is not None and report.html is not None:
+        import shutil
+
+        if html.is_dir():
+            fail(f"--html {html} is a directory: give a file name, e.g. {html / 'report.html'}")
+        try:
+            shutil.copyfile(report.html, html)  # figures are embedded: the one file stands alone
+        except OSError as e:
+            fail(f"cannot write {html}: {e.strerror or e}")
+        report.html = html
     if json_out:
         print(json.dumps(report.to_json(), indent=2))
         return
