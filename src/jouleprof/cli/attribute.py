@@ -1,4 +1,5 @@
-"""`jouleprof attribute RUN_DIR --method ...`: energy per phase, written to phases.csv."""
+"""`jouleprof attribute RUN_DIR --method ...`: energy per phase, written to phases_<method>.csv
+(and phases.csv, which is the regression's)."""
 
 from __future__ import annotations
 
@@ -124,6 +125,92 @@ def results_from_frame(df) -> list[Any]:
             )
         )
     return out
+
+
+def _say_status(run_dir: Path) -> None:
+    """A note where the run did not finish (crashed, killed, interrupted, still running)."""
+    from jouleprof.errors import RunDirError
+    from jouleprof.store.rundir import effective_status
+
+    try:
+        state = effective_status(run_dir)
+    except RunDirError:
+        return
+    if state.status != "complete":
+        note(f"this run is {state}: attributing what it recorded")
+
+
+def _attribute_with_progress(attribute, run_dir, method, device, warmup_steps, opts, w):
+    """attribute(...), its stages shown on the progress line where it reports them."""
+    import inspect
+
+    if "progress" in inspect.signature(attribute).parameters:
+
+        def show(stage: str) -> None:
+            w.update(f"attributing by {method}: {stage}…")
+
+        return attribute(run_dir, method, device, warmup_steps, progress=show, **opts)
+    return attribute(run_dir, method, device, warmup_steps, **opts)
+
+
+class covered_view:
+    """`with covered_view(run_dir, device) as (path, notes):` the run as attribution can take it.
+
+    Where the run's tables are whole and its spans lie inside its samples' time range, `path`
+    is the run directory itself. Otherwise (a crash) it is a temporary directory holding the
+    complete rows of samples.csv, power_buffer.csv and the spans of the steps the samples
+    cover, beside links to the other files; `notes` says what was left out.
+    """
+
+    def __init__(self, run_dir: Path, device: str | None) -> None:
+        self.run_dir = Path(run_dir)
+        self.device = device
+        self._tmp: Any = None
+
+    def __enter__(self) -> tuple[Path, list[str]]:
+        import tempfile
+
+        from jouleprof.errors import RunDirError
+        from jouleprof.store.rundir import RunDir, read_csv_tolerant, spans_covered
+
+        rd = RunDir(self.run_dir)
+        try:
+            samples = rd.read_samples()
+            spans = rd.read_spans()
+        except RunDirError:
+            return self.run_dir, []  # attribution's own checks give the message
+        d = samples
+        if self.device is not None:
+            d = samples[samples["device"] == self.device]
+        elif samples["device"].str.startswith("gpu").any():
+            d = samples[samples["device"].str.startswith("gpu")]
+        spans2, cut = spans_covered(spans, d)
+        notes = list(rd.notes) + ([cut] if cut else [])
+        buffer = self.run_dir / "power_buffer.csv"
+        buf = None
+        if buffer.is_file() and buffer.stat().st_size > 0:
+            try:
+                buf, bnotes = read_csv_tolerant(buffer, ("t_s", "device", "power_w"))
+            except RunDirError:
+                buf, bnotes = None, []
+            notes += bnotes
+        if not notes:
+            return self.run_dir, []
+        self._tmp = tempfile.TemporaryDirectory(prefix="jouleprof-view-")
+        view = Path(self._tmp.name)
+        rewritten = {"samples.csv": samples, "spans.csv": spans2}
+        if buf is not None:
+            rewritten["power_buffer.csv"] = buf
+        for f in self.run_dir.iterdir():
+            if f.is_file() and f.name not in rewritten:
+                (view / f.name).symlink_to(f.resolve())
+        for name, df in rewritten.items():
+            df.to_csv(view / name, index=False)
+        return view, notes
+
+    def __exit__(self, *exc: object) -> None:
+        if self._tmp is not None:
+            self._tmp.cleanup()
 
 
 def _simulated(run_dir: Path) -> dict[str, Any] | None:
@@ -262,7 +349,8 @@ def attribute_cmd(
     ] = 5.0,
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
-    """Attribute a run's energy to its phases and write phases.csv (works offline, no GPU)."""
+    """Attribute a run's energy to its phases; write phases_<method>.csv (phases.csv: the
+    regression's). Works offline, no GPU needed."""
     from jouleprof.attribution import attribute
 
     if method not in _METHODS:
@@ -286,12 +374,23 @@ def attribute_cmd(
             except ValueError as e:
                 fail(str(e))
             opts.update(instant_window_s=window_s, instant_kernel=boxes)
+    if not run_dir.is_dir():
+        fail(f"{run_dir} is not a directory: give a run directory (with samples.csv, spans.csv)")
     sim = _simulated(run_dir)
     if sim is not None and device is None:
         device = sim.get("device", "sim0")
         err_console.print(f"[bold magenta]{sim.get('note', 'SIMULATED GPU')}[/]", highlight=False)
-    with working(f"attributing {run_dir} by {method}…", quiet=json_out):
-        result = attribute(run_dir, method, device, warmup_steps, **opts)
+    _say_status(run_dir)
+    with covered_view(run_dir, device) as (view, view_notes):
+        for n in view_notes:
+            note(n)
+        with working(f"attributing {run_dir} by {method}…", quiet=json_out) as w:
+            result = _attribute_with_progress(
+                attribute, view, method, device, warmup_steps, opts, w
+            )
+        if view_notes:
+            for dev in result.devices:
+                dev.notes[:0] = view_notes
     truth = _simulated_truth(run_dir, sim, result) if sim is not None else None
     path = write_method_files(run_dir, result, truth)
     if json_out:

@@ -10,9 +10,14 @@ import logging
 import sys
 
 import typer
+import typer.core
 
 from jouleprof.cli import measure, netscore, sensors
 from jouleprof.errors import JouleprofError
+
+# Plain click help and errors: they wrap at the terminal's width and never cut an option's
+# name or help (typer's rich panels did, at 80 columns), and they print no box-drawing frames.
+typer.core.HAS_RICH = False
 
 app = typer.Typer(
     name="jouleprof",
@@ -21,6 +26,28 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        from jouleprof import __version__
+
+        print(f"jouleprof {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False,
+        "--version",
+        help="Print jouleprof's version and exit.",
+        callback=_version,
+        is_eager=True,
+    ),
+) -> None:
+    """Measure, attribute and predict the GPU energy, time and memory of deep learning."""
+
 
 for module in (measure, sensors, netscore):
     module.register(app)
@@ -43,6 +70,8 @@ def _register_optional() -> None:
         "calibrate",
         "probe",
         "infer",
+        "compare",
+        "collect",
     ):
         try:
             mod = importlib.import_module(f"jouleprof.cli.{name}")
@@ -58,13 +87,28 @@ _register_optional()
 
 def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    import os
+
+    from jouleprof.cli.console import error
+
     try:
         app(args=argv, prog_name="jouleprof")
     except JouleprofError as e:
-        from jouleprof.cli.console import error
-
         error(str(e))
         sys.exit(2)
+    except ValueError as e:  # configs name the bad field and its valid values
+        if os.environ.get("JOULEPROF_DEBUG"):
+            raise
+        error(str(e))
+        sys.exit(2)
+    except Exception as e:  # a user never gets a traceback; a developer asks for one
+        if os.environ.get("JOULEPROF_DEBUG"):
+            raise
+        error(
+            f"unexpected {type(e).__name__}: {e} (a bug in jouleprof: please report it with "
+            "the command; JOULEPROF_DEBUG=1 shows the traceback)"
+        )
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -23,10 +23,10 @@ def parse_gpus(text: str | None) -> tuple[int, ...] | None:
         out = tuple(int(x) for x in text.split(",") if x.strip())
     except ValueError:
         raise typer.BadParameter(
-            f"{text!r} is not a list of GPU indices: use e.g. --gpus 0 or --gpus 0,1"
+            f"--gpus {text!r} is not a list of GPU indices: use e.g. --gpus 0 or --gpus 0,1"
         ) from None
     if any(i < 0 for i in out):
-        raise typer.BadParameter(f"GPU indices are ≥ 0, got {text!r}")
+        raise typer.BadParameter(f"--gpus takes GPU indices ≥ 0, got {text!r}")
     return out
 
 
@@ -54,7 +54,12 @@ def _exit_code(returncode: int) -> int:
 
 
 def measure_cmd(
-    cmd: Annotated[list[str], typer.Argument(help="The command to run, after --.")],
+    cmd: Annotated[
+        list[str] | None,
+        typer.Argument(
+            help="The command to run, after --.", metavar="-- COMMAND ARGS", show_default=False
+        ),
+    ] = None,
     gpus: Annotated[
         str | None, typer.Option(help="GPU indices to measure, e.g. 0,1 (default: all visible).")
     ] = None,

@@ -1,18 +1,28 @@
-"""The run directory (shared/DESIGN.md): run.json, samples.csv, spans.csv, phases.csv.
+"""The run directory: run.json, samples.csv, spans.csv, phases.csv (docs/rundir.md).
 
 Writers append rows as they arrive and flush often, so Ctrl-C, an OOM or a crash leaves a
 readable directory; run.json is replaced atomically and says whether the run completed.
+
+Readers are tolerant of what a crash leaves: they keep every complete row, drop a partial last
+row (a write cut short) and rows that do not parse, and say so in `RunDir.notes`. run.json
+names its writer (pid, a key of the host, the process's start), so a run whose writer is gone
+while its status still says "running" is reported as crashed (`effective_status`).
 """
 
 from __future__ import annotations
 
 import csv
+import hashlib
+import io
 import json
+import logging
 import os
 import secrets
+import socket
 import tempfile
 import time
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -25,6 +35,8 @@ from jouleprof.types import (
     Sample,
     Span,
 )
+
+log = logging.getLogger(__name__)
 
 RUN_JSON = "run.json"
 SAMPLES_CSV = "samples.csv"
@@ -110,6 +122,8 @@ class RunDir:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
+        self.notes: list[str] = []
+        """What the tolerant readers dropped from a damaged file, one note each."""
 
     # -- creation ------------------------------------------------------------------------------
 
@@ -131,6 +145,7 @@ class RunDir:
         except OSError as e:
             raise RunDirError(f"cannot create run directory {p}: {e.strerror or e}") from e
         rd = cls(p)
+        record.extra.setdefault("writer", writer_info())
         rd.write_record(record)
         return rd
 
@@ -147,6 +162,9 @@ class RunDir:
         data = json.dumps(record.to_json(), indent=2, sort_keys=False, default=_json_default)
         fd, tmp = tempfile.mkstemp(prefix=".run.", suffix=".json", dir=self.path)
         try:
+            # mkstemp makes the file 0600; run.json gets the mode every other file gets (0644
+            # under the usual umask 022).
+            os.fchmod(fd, 0o666 & ~_umask())
             with os.fdopen(fd, "w") as f:
                 f.write(data + "\n")
             os.replace(tmp, self.path / RUN_JSON)
@@ -166,13 +184,14 @@ class RunDir:
     # -- tables --------------------------------------------------------------------------------
 
     def read_samples(self):  # -> pandas.DataFrame
-        """samples.csv as a DataFrame sorted by time (empty cells are NaN)."""
-        df = self._read_csv(SAMPLES_CSV, SAMPLE_COLUMNS)
+        """samples.csv as a DataFrame sorted by time (empty cells are NaN; see `_read_csv` for
+        what a damaged file gives)."""
+        df = self._read_csv(SAMPLES_CSV, SAMPLE_COLUMNS, key=("t_s", "device"))
         df["device"] = df["device"].astype(str)
         return df.sort_values("t_s", kind="stable").reset_index(drop=True)
 
     def read_spans(self):  # -> pandas.DataFrame
-        df = self._read_csv(SPANS_CSV, SPAN_COLUMNS[:4])
+        df = self._read_csv(SPANS_CSV, SPAN_COLUMNS[:4], key=SPAN_COLUMNS[:4])
         df["phase"] = df["phase"].astype(str)
         return df
 
@@ -196,22 +215,287 @@ class RunDir:
     def has(self, name: str) -> bool:
         return (self.path / name).is_file()
 
-    def _read_csv(self, name: str, required: Sequence[str]):
-        import pandas as pd
+    def _read_csv(self, name: str, required: Sequence[str], key: Sequence[str] = ()):
+        """A table of the run, tolerant of a crash (`read_csv_tolerant`); its notes are added
+        to `self.notes`.
 
+        Raises:
+            RunDirError: the file is missing, empty, or lacks the required columns.
+        """
         p = self.path / name
         if not p.is_file():
             raise RunDirError(f"{self.path} has no {name}")
-        try:
-            df = pd.read_csv(p)
-        except pd.errors.EmptyDataError as e:
-            raise RunDirError(f"{p} is empty (not even a header): the run wrote nothing") from e
-        except pd.errors.ParserError as e:
-            raise RunDirError(f"{p} cannot be parsed as CSV: {e}") from e
-        missing = [c for c in required if c not in df.columns]
-        if missing:
-            raise RunDirError(f"{p} lacks the columns {missing}")
+        df, notes = read_csv_tolerant(p, required, key)
+        for n in notes:
+            if n not in self.notes:
+                self.notes.append(n)
+                log.info("%s", n)
         return df
+
+
+STRING_COLUMNS = frozenset({"device", "phase", "method", "note", "source", "segment", "replay"})
+"""Columns read as text; every other column of a run's CSV files is a number (or empty)."""
+
+
+def read_csv_tolerant(path: Path, required: Sequence[str] = (), key: Sequence[str] = ()):
+    """Read one of a run's CSV files as a crash left it; returns (DataFrame, notes).
+
+    Keeps every complete row. Drops, each with a note: a last line without its newline (a
+    write cut short), rows with the wrong number of fields, and rows whose number columns hold
+    text that is not a number, or whose `key` columns are empty (a row without its time or
+    device says nothing). An empty cell elsewhere stays NaN ("not read this time").
+
+    Raises:
+        RunDirError: the file is empty (not even a header) or lacks a `required` column.
+    """
+    import numpy as np
+    import pandas as pd
+
+    raw = path.read_bytes()
+    text = raw.decode("utf-8", errors="replace").replace("\x00", "")
+    notes: list[str] = []
+    if not text.strip():
+        raise RunDirError(f"{path} is empty (not even a header): the run wrote nothing")
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()  # the file ends with a newline: every line is whole
+    elif len(lines) > 1:
+        notes.append(
+            f"{path.name}: dropped a partial last row (a write cut short by a crash): "
+            f"{lines[-1][:60]!r}"
+        )
+        lines.pop()
+    else:
+        raise RunDirError(f"{path} holds only part of a header line: the run wrote nothing")
+    header = next(csv.reader([lines[0]]))
+    header = [h.strip() for h in header]
+    missing = [c for c in required if c not in header]
+    if missing:
+        raise RunDirError(
+            f"{path} lacks the columns {missing} (its header: {header[:12]}): it is not a "
+            "jouleprof table, or its first line was damaged"
+        )
+    body = "\n".join(lines[1:])
+    fast = _read_fast(lines, header, key)
+    if fast is not None:
+        return fast, notes
+    rows = list(csv.reader(io.StringIO(body))) if body else []
+    n = len(header)
+    whole = [r for r in rows if len(r) == n]
+    if len(whole) < len(rows):
+        notes.append(
+            f"{path.name}: dropped {len(rows) - len(whole)} row(s) with the wrong number of fields"
+        )
+    df = pd.DataFrame(whole, columns=header) if whole else pd.DataFrame(columns=header)
+    bad = np.zeros(len(df), dtype=bool)
+    for col in header:
+        if col in STRING_COLUMNS:
+            v = df[col].astype(str)
+            df[col] = v
+            if col in key:
+                bad |= (v.str.strip() == "").to_numpy()
+            continue
+        if col == "resolved":
+            df[col] = df[col].map({"True": True, "False": False, "1": True, "0": False})
+            continue
+        txt = df[col].astype(str).str.strip()
+        num = pd.to_numeric(txt.where(txt != "", None), errors="coerce")
+        garbage = (txt != "") & num.isna() & (txt.str.lower() != "nan")
+        bad |= garbage.to_numpy()
+        if col in key:
+            bad |= num.isna().to_numpy()
+        df[col] = num
+    if bad.any():
+        notes.append(f"{path.name}: dropped {int(bad.sum())} row(s) that do not parse")
+        df = df[~bad].reset_index(drop=True)
+    return df, notes
+
+
+def _read_fast(lines: list[str], header: list[str], key: Sequence[str]):
+    """pandas' own parser on whole lines, where it gives every number column as numbers, as
+    many rows as lines and no empty key: an undamaged file, read at pandas' speed."""
+    import pandas as pd
+
+    if len(lines) <= 1:
+        return None
+    # Without quoted fields a line's commas count its fields: one with too few or too many
+    # goes the careful way, which drops it (pandas would fill or misplace its cells).
+    n_sep = len(header) - 1
+    if not any('"' in ln for ln in lines) and any(ln.count(",") != n_sep for ln in lines):
+        return None
+    try:
+        df = pd.read_csv(
+            io.StringIO("\n".join(lines) + "\n"),
+            dtype={c: str for c in header if c in STRING_COLUMNS},
+        )
+    except (pd.errors.ParserError, ValueError):
+        return None
+    if len(df) != len(lines) - 1 or list(df.columns) != header:
+        return None
+    for col in header:
+        if col in STRING_COLUMNS:
+            if col in key and df[col].isna().any():
+                return None
+            df[col] = df[col].astype(str)
+        elif col == "resolved":
+            if df[col].dtype != bool:
+                return None
+        elif not pd.api.types.is_numeric_dtype(df[col]) or (col in key and df[col].isna().any()):
+            return None
+    return df
+
+
+def spans_covered(spans, samples, device: str | None = None):
+    """The spans of the steps that lie inside the samples' time range; returns (spans, note).
+
+    A sampler that died before the workload (a crash) leaves spans past its last sample, and
+    steps its first sample missed; their energy cannot be attributed, the rest can. The note
+    (None when nothing is cut) says how many steps were left out.
+    """
+    d = samples if device is None else samples[samples["device"] == device]
+    if len(d) == 0 or len(spans) == 0:
+        return spans, None
+    s0, s1 = float(d["t_s"].min()), float(d["t_s"].max())
+    per_step = spans.groupby("step").agg(t0=("t0_s", "min"), t1=("t1_s", "max"))
+    keep = per_step.index[(per_step["t0"] >= s0) & (per_step["t1"] <= s1)]
+    if len(keep) == len(per_step):
+        return spans, None
+    cut = len(per_step) - len(keep)
+    note = (
+        f"{cut} of {len(per_step)} steps lie outside the samples' time range "
+        f"[{s0:.3f}, {s1:.3f}] s (the sampler stopped before the workload, as a crash leaves "
+        f"it): attributed the {len(keep)} steps both cover"
+    )
+    return spans[spans["step"].isin(keep)].reset_index(drop=True), note
+
+
+# -- who writes a run, and whether it is still alive --------------------------------------------
+
+
+def _umask() -> int:
+    """The process's umask, read without changing it where Linux says it (/proc)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0o022
+
+
+def _boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+def host_key() -> str:
+    """A key of this host and boot: equal for two processes of one running machine, and names
+    neither (a hash of the hostname and the kernel's boot id)."""
+    return hashlib.sha256(f"{socket.gethostname()}|{_boot_id()}".encode()).hexdigest()[:16]
+
+
+def _proc_start_ticks(pid: int) -> int | None:
+    """When process `pid` started, in clock ticks since boot (Linux); None where unknown."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def writer_info() -> dict[str, Any]:
+    """run.json extra["writer"]: the process writing the run, to tell later if it is gone."""
+    pid = os.getpid()
+    return {
+        "pid": pid,
+        "host_key": host_key(),
+        "start_ticks": _proc_start_ticks(pid),
+        "started_unix_s": round(time.time(), 3),
+    }
+
+
+def _writer_alive(writer: dict[str, Any]) -> bool | None:
+    """True/False where this host can tell, None where it cannot (another machine, no pid)."""
+    pid = writer.get("pid")
+    if not isinstance(pid, int) or writer.get("host_key") != host_key():
+        return None
+    ticks = _proc_start_ticks(pid)
+    if ticks is None:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return not Path("/proc").is_dir()
+    started = writer.get("start_ticks")
+    return started is None or ticks == started  # another process with a reused pid: gone
+
+
+STALE_S = 1800.0
+"""A run still "running" whose files nobody has written for this long, on a machine that
+cannot check its writer's pid (a copied directory), is reported as crashed."""
+
+
+@dataclass(frozen=True)
+class RunState:
+    """What a run's status really is: `status` is run.json's, or "crashed" where the run says
+    "running" but its writer is gone; `reason` says why (None when run.json's stands)."""
+
+    status: str
+    reason: str | None = None
+    recorded: str | None = None
+    """The status run.json records."""
+
+    def __str__(self) -> str:
+        return self.status if not self.reason else f"{self.status} ({self.reason})"
+
+
+def last_write_s(run_dir: str | os.PathLike[str]) -> float | None:
+    """Seconds since any file of the run was last written (None: no file)."""
+    p = Path(run_dir)
+    try:
+        times = [f.stat().st_mtime for f in p.iterdir() if f.is_file()]
+    except OSError:
+        return None
+    return time.time() - max(times) if times else None
+
+
+def effective_status(run_dir: str | os.PathLike[str], record: RunRecord | None = None) -> RunState:
+    """The status to show for a run: run.json's, except that a run recorded as "running" whose
+    writer process is gone (killed, crashed, the machine rebooted) is "crashed".
+
+    Args:
+        run_dir: the run directory.
+        record: its RunRecord if already read (else run.json is read).
+
+    Raises:
+        RunDirError: no readable run.json.
+    """
+    rec = record if record is not None else RunDir(run_dir).read_record()
+    recorded = rec.status.value
+    if recorded != "running":
+        return RunState(recorded, None, recorded)
+    writer = rec.extra.get("writer") if isinstance(rec.extra.get("writer"), dict) else {}
+    alive = _writer_alive(writer) if writer else None
+    idle_s = last_write_s(run_dir)
+    when = f"; last write {idle_s:,.0f} s ago" if idle_s is not None else ""
+    if alive is False:
+        return RunState(
+            "crashed",
+            f"its writer (pid {writer.get('pid')}) is gone: killed or crashed while running"
+            f"{when}; everything written until then is kept",
+            recorded,
+        )
+    if alive is None and idle_s is not None and idle_s > STALE_S:
+        return RunState(
+            "crashed",
+            f"still marked running, but nothing was written for {idle_s / 60:,.0f} min and its "
+            "writer cannot be checked from here",
+            recorded,
+        )
+    return RunState("running", None, recorded)
 
 
 def _json_default(o: Any) -> Any:
