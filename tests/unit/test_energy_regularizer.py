@@ -181,3 +181,48 @@ def test_schedule_refuses_bad_fields():
         LambdaSchedule(1.0, kind="linear-warmup")
     with pytest.raises(ValueError, match="finite"):
         LambdaSchedule(float("nan"))
+
+
+def test_mean_reduction_divides_by_the_dense_value():
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 5), nn.ReLU(), nn.Linear(5, 3))
+    x = torch.randn(6, 4)
+    s = EnergyRegularizer(model, kind="l1")
+    m = EnergyRegularizer(model, kind="l1", reduction="mean")
+    model(x)
+    assert m.reported_energy() == pytest.approx(s.reported_energy() / (8 + 5))
+    s.detach(), m.detach()
+    nz = EnergyRegularizer(model, kind="nonzero-macs", reduction="mean")
+    with torch.no_grad():
+        a1 = torch.relu(model[0](x))
+        a2 = torch.relu(model[2](a1))
+    nz.reset()  # calling model[2] above ran its hook
+    model(x)
+    want = (((a1 != 0).sum(1) * 5 + (a2 != 0).sum(1) * 3).float().mean() / (8 * 5 + 5 * 3)).item()
+    assert nz.reported_energy() == pytest.approx(want)
+    assert 0 < want < 1 and nz.unit == "fraction of dense MACs"
+    with pytest.raises(ValueError, match="sum, mean"):
+        EnergyRegularizer(model, reduction="max")
+
+
+def test_mean_reduction_gradient_matches_finite_differences():
+    model = _cnn().double()
+    x = torch.randn(2, 2, 6, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
+    model(x)
+    reg = EnergyRegularizer(model, kind="nonzero-macs", schedule=2.0, reduction="mean")
+
+    def penalty():
+        reg.reset()
+        model(x)
+        return reg.penalty()
+
+    w = model[0].weight
+    (g,) = torch.autograd.grad(penalty(), [w])
+    eps, flat = 1e-6, w.data.view(-1)
+    for i in (0, 7, 20):
+        old = flat[i].item()
+        flat[i] = old + eps
+        up = penalty().item()
+        flat[i] = old - eps
+        down = penalty().item()
+        flat[i] = old
+        assert g.view(-1)[i].item() == pytest.approx((up - down) / (2 * eps), rel=1e-4, abs=1e-9)

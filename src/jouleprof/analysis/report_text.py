@@ -56,7 +56,8 @@ def markdown_report(res: StudyAnalysis, study: dict[str, Any]) -> str:
             f"Study: archs {', '.join(study.get('archs', []))}; datasets "
             f"{', '.join(study.get('datasets', []))}; λ "
             f"{', '.join(f'{v:g}' for v in study.get('lambdas', []))}; {study.get('seeds')} seeds; "
-            f"E = {study.get('kind')}; {study.get('epochs')} epochs, "
+            f"E = {study.get('kind')} (reduction {study.get('reduction', 'sum')}); "
+            f"{study.get('epochs')} epochs, "
             f"batch {study.get('batch_size')}."
         )
     L.append(

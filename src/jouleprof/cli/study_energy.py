@@ -47,6 +47,9 @@ def energy_study_cmd(
     ] = "0,1e-5,1e-4,1e-3,1e-2",
     seeds: Annotated[int, typer.Option(help="Seeds per (arch, dataset, λ).")] = 3,
     kind: Annotated[str, typer.Option(help="What E counts: l1, l2 or nonzero-macs.")] = "l1",
+    reduction: Annotated[
+        str, typer.Option(help="E summed per sample (sum) or per hooked element (mean).")
+    ] = "sum",
     epochs: Annotated[int, typer.Option(help="Training epochs per cell.")] = 3,
     batch_size: Annotated[int, typer.Option(help="Batch size.")] = 128,
     lr: Annotated[float, typer.Option(help="AdamW learning rate.")] = 1e-3,
@@ -111,6 +114,7 @@ def energy_study_cmd(
             lambdas=_floats(lambdas, "--lambdas"),
             seeds=seeds,
             kind=kind,
+            reduction=reduction,
             epochs=epochs,
             batch_size=batch_size,
             lr=lr,

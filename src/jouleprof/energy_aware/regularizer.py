@@ -21,6 +21,13 @@ tensor's elements and over every hooked layer, so E does not depend on the batch
   element's |a| weighted by the MACs it takes part in (its fan-out). Unit: MAC × activation
   units. `energy()` returns the surrogate (the penalized tensor), `reported_energy()` the count.
 
+With ``reduction="mean"`` each kind is divided by what it would be if every hooked element were
+1 (l1, l2: the number of hooked elements per sample; nonzero-macs: the dense MACs per sample), so
+E is a mean per element — for nonzero-macs the fraction of the dense MACs a zero-skipping kernel
+would execute — and does not grow with the model. The default, ``"sum"``, is what the study
+measures; with it λ's scale depends on the model's size (a λ of 1e-3 already outweighs the
+cross-entropy of the study's models).
+
 The penalty of a step is λ(step) · E, with λ from a `LambdaSchedule`. The regularizer works in
 any training loop: call `reset()` before a forward, add `penalty()` to the loss after it, and
 `advance()` once per optimizer step.
@@ -34,6 +41,7 @@ from dataclasses import dataclass
 from typing import Any
 
 KINDS = ("l1", "l2", "nonzero-macs")
+REDUCTIONS = ("sum", "mean")
 SCHEDULES = ("constant", "linear-warmup")
 
 
@@ -149,6 +157,8 @@ class EnergyRegularizer:
         layers: names of weight layers to hook (as in `model.named_modules()`); None: every
             nn.Linear / nn.Conv*d but the first in module order.
         schedule: the λ schedule; a float is a constant λ.
+        reduction: "sum" (per-sample sum) or "mean" (per hooked element; see the module
+            docstring).
     """
 
     def __init__(
@@ -157,9 +167,15 @@ class EnergyRegularizer:
         kind: str = "l1",
         layers: Sequence[str] | None = None,
         schedule: LambdaSchedule | float = 0.0,
+        reduction: str = "sum",
     ) -> None:
         if kind not in KINDS:
             raise ValueError(f"unknown kind {kind!r}: choose one of {', '.join(KINDS)}")
+        if reduction not in REDUCTIONS:
+            raise ValueError(
+                f"unknown reduction {reduction!r}: choose one of {', '.join(REDUCTIONS)}"
+            )
+        self.reduction = reduction
         self.model = model
         self.kind = kind
         self.schedule = (
@@ -183,6 +199,7 @@ class EnergyRegularizer:
         self._handles: list[Any] = []
         self._terms: list[Any] = []  # per forward call of a hooked layer: (B,) differentiable
         self._reported: list[Any] = []  # per forward call: (B,) detached report
+        self._dense: list[float] = []  # per forward call: the term's value were all inputs 1
         self._zeros = 0
         self._elements = 0
         self._fanout_cache: dict[tuple, Any] = {}
@@ -226,19 +243,31 @@ class EnergyRegularizer:
             term = flat.abs().sum(dim=1)
             self._terms.append(term)
             self._reported.append(term.detach())
+            self._dense.append(float(flat.shape[1]))
         elif self.kind == "l2":
             term = flat.pow(2).sum(dim=1)
             self._terms.append(term)
             self._reported.append(term.detach())
+            self._dense.append(float(flat.shape[1]))
         else:
             w = self._fanout(module, x)
             self._terms.append((x.abs() * w).reshape(b, -1).sum(dim=1))
+            self._dense.append(self._dense_macs(module, x, w))
             with torch.no_grad():
                 if isinstance(module, _weight_layer_types()[0]):  # Linear: any leading dims
                     nz = (x != 0).reshape(b, -1).sum(dim=1).to(x.dtype)
                     self._reported.append(nz * module.out_features)
                 else:
                     self._reported.append(_conv_macs_per_nonzero(module, x.detach()))
+
+    def _dense_macs(self, module: Any, x: Any, w: Any) -> float:
+        """MACs per sample of the layer on dense input (cached with the fan-out weights)."""
+        key = ("dense", id(module), tuple(x.shape[1:]))
+        v = self._fanout_cache.get(key)
+        if v is None:
+            v = float(w.sum())  # w holds one sample's fan-out per element
+            self._fanout_cache[key] = v
+        return v
 
     def _fanout(self, module: Any, x: Any) -> Any:
         key = (id(module), tuple(x.shape[1:]), x.dtype, x.device)
@@ -257,6 +286,13 @@ class EnergyRegularizer:
         """Forget what the hooks collected (call before each step's forward)."""
         self._terms.clear()
         self._reported.clear()
+        self._dense.clear()
+
+    def _reduce(self, terms: list[Any]) -> Any:
+        e = _mean_of_sums(terms)  # Σ over calls of the per-sample mean
+        if self.reduction == "mean":
+            e = e / sum(self._dense)  # Σ over calls of the per-sample dense value
+        return e
 
     def energy(self) -> Any:
         """E of the forwards since `reset()`: a differentiable scalar tensor, mean per sample
@@ -266,7 +302,7 @@ class EnergyRegularizer:
                 "the regularizer collected nothing: call reset() and then run the model's "
                 "forward (with the hooks attached) before energy()"
             )
-        return _mean_of_sums(self._terms)
+        return self._reduce(self._terms)
 
     def reported_energy(self) -> float:
         """The reported E (see the module docstring) of the forwards since `reset()`, per sample."""
@@ -276,7 +312,7 @@ class EnergyRegularizer:
         """As `reported_energy`, as a detached tensor on the model's device (no host sync)."""
         if not self._reported:
             raise RuntimeError("the regularizer collected nothing since reset()")
-        return _mean_of_sums(self._reported)
+        return self._reduce(self._reported)
 
     @property
     def lam(self) -> float:
@@ -301,6 +337,9 @@ class EnergyRegularizer:
     @property
     def unit(self) -> str:
         """Unit of the reported E."""
+        if self.reduction == "mean":
+            return {"l1": "activation/element", "l2": "activation^2/element",
+                    "nonzero-macs": "fraction of dense MACs"}[self.kind]  # fmt: skip
         return {"l1": "activation", "l2": "activation^2", "nonzero-macs": "MAC"}[self.kind]
 
 

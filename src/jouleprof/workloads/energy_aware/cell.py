@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jouleprof.energy_aware.regularizer import KINDS
+from jouleprof.energy_aware.regularizer import KINDS, REDUCTIONS
 from jouleprof.workloads.energy_aware.datasets import DATASETS
 from jouleprof.workloads.energy_aware.models import ARCH_FIELDS, ARCHS
 
@@ -53,6 +53,9 @@ class CellSpec:
     """Seed of the initialization and of the batch order."""
     kind: str = "l1"
     """What E counts: l1, l2 or nonzero-macs (energy_aware.regularizer)."""
+    reduction: str = "sum"
+    """E per sample summed ("sum") or per hooked element ("mean"; λ then has the same meaning
+    for every model size)."""
     epochs: int = 3
     """Passes over the training set."""
     batch_size: int = 128
@@ -92,6 +95,8 @@ class CellSpec:
             raise ValueError(f"lam (λ) must be a finite number ≥ 0, got {self.lam}")
         if self.kind not in KINDS:
             raise ValueError(f"unknown kind {self.kind!r}: choose one of {', '.join(KINDS)}")
+        if self.reduction not in REDUCTIONS:
+            raise ValueError(f"reduction must be one of {REDUCTIONS}, got {self.reduction!r}")
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
         for name in ("epochs", "batch_size", "infer_passes"):
@@ -147,7 +152,7 @@ def _build(spec: CellSpec, data, device):
     )
     model = model.to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=spec.lr)
-    reg = EnergyRegularizer(model, kind=spec.kind, schedule=spec.lam)
+    reg = EnergyRegularizer(model, kind=spec.kind, schedule=spec.lam, reduction=spec.reduction)
     return model, opt, reg
 
 
@@ -167,7 +172,7 @@ def _warm_up(spec: CellSpec, model, tensors, device) -> None:
     from jouleprof.workloads.energy_aware.train import TrainResult, evaluate, infer, train
 
     m = copy.deepcopy(model)
-    reg = EnergyRegularizer(m, kind=spec.kind, schedule=spec.lam)
+    reg = EnergyRegularizer(m, kind=spec.kind, schedule=spec.lam, reduction=spec.reduction)
     opt = torch.optim.AdamW(m.parameters(), lr=spec.lr)
     train(
         m,

@@ -55,6 +55,8 @@ class EnergyStudySpec:
     """Seeds per (arch, dataset, λ): 0..seeds-1."""
     kind: str = "l1"
     """What E counts (l1, l2, nonzero-macs)."""
+    reduction: str = "sum"
+    """E summed per sample ("sum") or averaged per hooked element ("mean")."""
     epochs: int = 3
     batch_size: int = 128
     lr: float = 1e-3
@@ -129,6 +131,7 @@ class EnergyStudySpec:
                     lam=lam,
                     seed=seed,
                     kind=self.kind,
+                    reduction=self.reduction,
                     epochs=self.epochs,
                     batch_size=self.batch_size,
                     lr=self.lr,

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from jouleprof.energy_aware.regularizer import KINDS
+from jouleprof.energy_aware.regularizer import KINDS, REDUCTIONS
 from jouleprof.timeline.markers import NullRecorder, PhaseMarker
 from jouleprof.workloads.energy_aware.datasets import DATASETS
 from jouleprof.workloads.energy_aware.models import ARCH_FIELDS, ARCHS, arch_config
@@ -33,6 +33,8 @@ class EnergyAwareConfig:
     """Penalty weight λ ≥ 0."""
     kind: str = "l1"
     """What E counts (l1, l2, nonzero-macs)."""
+    reduction: str = "sum"
+    """E summed per sample (sum) or per hooked element (mean)."""
     lr: float = 1e-3
     precision: str = "fp32"
     """fp32 or bf16 (autocast)."""
@@ -53,6 +55,8 @@ class EnergyAwareConfig:
             raise ValueError(f"lam must be a finite number ≥ 0, got {self.lam}")
         if self.kind not in KINDS:
             raise ValueError(f"unknown kind {self.kind!r}: choose one of {', '.join(KINDS)}")
+        if self.reduction not in REDUCTIONS:
+            raise ValueError(f"reduction must be one of {REDUCTIONS}, got {self.reduction!r}")
         if self.batch_size < 1:
             raise ValueError(f"batch_size must be ≥ 1, got {self.batch_size}")
         if self.precision not in ("fp32", "bf16"):
@@ -144,7 +148,9 @@ class EnergyAwareSession:
         self.model = build_model(acfg, data.in_shape, data.n_classes).to(device)
         self.n_params = parameter_count(self.model)
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=cfg.lr)
-        self.reg = EnergyRegularizer(self.model, kind=cfg.kind, schedule=cfg.lam)
+        self.reg = EnergyRegularizer(
+            self.model, kind=cfg.kind, schedule=cfg.lam, reduction=cfg.reduction
+        )
         self._gen = torch.Generator(device="cpu").manual_seed(cfg.seed)
         self.samples_per_step = cfg.batch_size
         self.in_shape = data.in_shape
