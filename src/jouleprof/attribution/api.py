@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from jouleprof.attribution.isolation import attribute_isolation, load_replays
 from jouleprof.attribution.proportional import attribute_proportional, measured_steps_energy
 from jouleprof.attribution.regression import RegressionConfig, attribute_regression
 from jouleprof.attribution.result import AttributionResult, DeviceAttribution
+from jouleprof.attribution.stages import reporting, stage
 from jouleprof.errors import AttributionError, RunDirError
 from jouleprof.sensors.nvml_buffer import POWER_BUFFER_CSV
 from jouleprof.store.rundir import SPANS_CSV, RunDir
@@ -111,6 +113,7 @@ def attribute(
     method: str,
     device: str | None = None,
     warmup_steps: int | None = None,
+    progress: Callable[[str], None] | None = None,
     **opts: Any,
 ) -> AttributionResult:
     """Attribute a run's energy to its phases, per device (default: every GPU in samples.csv).
@@ -121,6 +124,8 @@ def attribute(
         method: "proportional", "regression" or "isolation".
         device: one device to attribute (e.g. "gpu0"); None: all GPUs, summed in `total`.
         warmup_steps: leading steps to exclude; None: the rule of `common.auto_warmup_steps`.
+        progress: called with a short description of each stage as it begins ("reading the
+            run", "gpu0: refresh grids", "fit: stall model, point", ...); None: silent.
         **opts: `gap_tolerance_s`, and for regression any `RegressionConfig` field (with
             `use_buffer` True or None, the run's power_buffer.csv is used: required / where
             present; off by default, see `RegressionConfig.use_buffer`).
@@ -132,19 +137,26 @@ def attribute(
     if method not in METHODS:
         raise AttributionError(f"unknown method {method!r}: choose one of {', '.join(METHODS)}")
     gap_s, cfg = _split_options(method, dict(opts))
+    with reporting(progress):
+        return _attribute(run_dir, method, device, warmup_steps, gap_s, cfg)
+
+
+def _attribute(run_dir, method: str, device, warmup_steps, gap_s: float, cfg) -> AttributionResult:
     rd = RunDir(run_dir)
     if not rd.path.is_dir():
         raise RunDirError(f"{rd.path} is not a directory: give a run directory")
-    spans = _read_spans(rd)
-    samples = rd.read_samples()
-    buffer = _read_buffer(rd, cfg) if method == "regression" else None
+    with stage("reading the run"):
+        spans = _read_spans(rd)
+        samples = rd.read_samples()
+        buffer = _read_buffer(rd, cfg) if method == "regression" else None
     devices = _devices(samples, device)
     out: list[DeviceAttribution] = []
     for dev in devices:
         _check_signals(samples, dev)
         check_spans(spans, samples, dev, gap_s)
         t = samples.loc[samples["device"] == dev, "t_s"]
-        tl = build_timeline(spans, float(t.min()), float(t.max()), warmup_steps, gap_s)
+        with stage(f"{dev}: timeline"):
+            tl = build_timeline(spans, float(t.min()), float(t.max()), warmup_steps, gap_s)
         if method == "proportional":
             out.append(attribute_proportional(samples, tl, dev))
         elif method == "regression":

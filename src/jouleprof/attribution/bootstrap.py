@@ -9,19 +9,10 @@ of the number of phases, through the Cholesky factor of its Gram matrix.
 from __future__ import annotations
 
 import numpy as np
-from scipy.linalg import cholesky, solve_triangular
-from scipy.optimize import nnls
+
+from jouleprof.attribution.nnls import nnls_gram
 
 _MIN_BLOCKS = 10  # resample at least this many blocks, or the bootstrap has nothing to vary
-
-
-def _nnls_gram(gram: np.ndarray, rhs: np.ndarray) -> np.ndarray:
-    """NNLS of min ‖Ax − b‖ given AᵀA and Aᵀb (equivalent through the Cholesky factor)."""
-    p = len(rhs)
-    ridge = 1e-12 * max(float(np.trace(gram)) / p, 1e-300)
-    r = cholesky(gram + ridge * np.eye(p), lower=False)
-    z = solve_triangular(r, rhs, trans="T", lower=False)
-    return nnls(r, z, maxiter=50 * p)[0]
 
 
 def block_rows(mid_s: np.ndarray, block_s: float) -> int:
@@ -49,5 +40,5 @@ def block_bootstrap(
         s = rng.integers(0, n - block + 1, size=n_blocks)
         gram = gram_cum[s + block].sum(0) - gram_cum[s].sum(0)
         rhs = rhs_cum[s + block].sum(0) - rhs_cum[s].sum(0)
-        out[i] = _nnls_gram(gram, rhs)
+        out[i] = nnls_gram(gram, rhs)
     return out, block

@@ -223,12 +223,13 @@ class Timeline:
                 )
         cum = np.zeros((len(self.names), len(self.edges_s)))
         cum[:, 1:] = np.cumsum(share * durations[:, None], axis=0).T
-        self._cum = cum
+        self._cum = np.ascontiguousarray(cum.T)  # (edges, names): one row per edge
         self._share = share  # each name's slope in each segment
-        # Change of each name's slope (its share of the time) at every edge, outer two included.
+        # Change of each name's slope (its share of the time) at every edge, outer two included;
+        # sparse (an edge changes the slopes of the few names on either side of it).
         padded = np.zeros((len(self.labels) + 2, len(self.names)))
         padded[1:-1] = share
-        self._dslope = np.diff(padded, axis=0)
+        self._dslope = _EdgeSlopes(np.diff(padded, axis=0))
 
     @property
     def n_steps(self) -> int:
@@ -292,7 +293,7 @@ class Timeline:
         # Linear within each segment: the cumulative time at its start plus its slopes × the
         # time into it (one search for every name, where np.interp searched once per name).
         k = np.clip(np.searchsorted(self.edges_s, t, side="right") - 1, 0, len(self.labels) - 1)
-        out = self._cum[:, k].T + (t - self.edges_s[k])[:, None] * self._share[k]
+        out = self._cum[k] + (t - self.edges_s[k])[:, None] * self._share[k]
         sig = np.broadcast_to(np.asarray(jitter_s, dtype=float), raw.shape)
         if not np.any(sig > 0):
             return out
@@ -300,14 +301,196 @@ class Timeline:
         reach = _BLUR_REACH * sig
         lo = np.searchsorted(self.edges_s, raw - reach)
         hi = np.searchsorted(self.edges_s, raw + reach)
-        for r in range(int(np.max(hi - lo, initial=0))):
-            k = lo + r
-            near = k < hi
-            k = np.where(near, k, 0)
-            u = np.abs(raw - self.edges_s[k]) / sig
-            blur = np.where(near, sig * (_norm_pdf(u) - u * ndtr(-u)), 0.0)
-            out += blur[:, None] * self._dslope[k]
+        # Every (reading, nearby edge) pair at once: the edge's blur times its slope changes.
+        n_near = hi - lo
+        row = np.repeat(np.arange(len(raw)), n_near)
+        if not len(row):
+            return out
+        first = np.cumsum(n_near) - n_near
+        edge = lo[row] + (np.arange(len(row)) - first[row])
+        u = np.abs(raw[row] - self.edges_s[edge]) / sig[row]
+        blur = sig[row] * (_norm_pdf(u) - u * ndtr(-u))
+        out += self._dslope.spread(row, edge, blur, len(raw))
         return out
+
+    def energy_until_j(self, t_s: np.ndarray, power_w: np.ndarray) -> np.ndarray:
+        """Energy drawn from the timeline's start to each t_s at `power_w` per label (no
+        jitter): `cumulative_s(t_s) @ power_w`, one interpolation instead of a row per label."""
+        return np.interp(t_s, self.edges_s, self._cum @ power_w)
+
+    def knot_overlap(
+        self, knots_s: np.ndarray, coefs: np.ndarray, jitter_s, cols: list[int] | None = None
+    ) -> np.ndarray:
+        """Σ_m coefs[i, m] × cumulative_s(knots_s[i, m], jitter_s[i]) for each row i: (rows,
+        len(cols)), the columns `cols` of timeline.names (default all).
+
+        A row's weighing of time — a boxcar over [t0, t1] is coefs (−1/(t1 − t0), 1/(t1 − t0))
+        at knots (t0, t1), a kernel of boxes one knot per box edge — makes its overlap with
+        each label. Computed from the segment edges near the row's knots only: every edge
+        further below them adds the same to each knot's cumulative time, which the coefs (of
+        zero sum) weigh as the slope there times Σ coefs × knots. Equal to the cumulative
+        form to rounding, at the cost of the row's nearby edges rather than of every label.
+        """
+        knots = np.asarray(knots_s, dtype=float)
+        coefs = np.asarray(coefs, dtype=float)
+        n = len(knots)
+        cols = list(range(len(self.names))) if cols is None else list(cols)
+        sig = np.broadcast_to(np.asarray(jitter_s, dtype=float), (n,))
+        blurred = bool(np.any(sig > 0))
+        sig = np.maximum(sig, 1e-12)
+        reach = _BLUR_REACH * sig if blurred else np.zeros(n)
+        edges = self.edges_s
+        i0 = np.searchsorted(edges, knots.min(axis=1) - reach)
+        i1 = np.searchsorted(edges, knots.max(axis=1) + reach)
+        # Edges below every knot: the slope there (the share of each label) × Σ coefs × knots.
+        lever = np.sum(coefs * (knots - knots[:, :1]), axis=1)  # Σ coefs × knots (Σ coefs = 0)
+        out = self._slope_before(i0, cols) * lever[:, None]
+        n_near = i1 - i0
+        row = np.repeat(np.arange(n), n_near)
+        if not len(row):
+            return out
+        first = np.cumsum(n_near) - n_near
+        edge = i0[row] + (np.arange(len(row)) - first[row])
+        u = knots[row] - edges[edge][:, None]  # (pairs, knots)
+        f = np.maximum(u, 0.0)
+        if blurred:
+            r = reach[row][:, None]
+            near = (u > -r) & (u <= r)
+            if near.any():
+                s_near = np.broadcast_to(sig[row][:, None], u.shape)[near]
+                a = np.abs(u[near]) / s_near
+                f[near] += s_near * (_norm_pdf(a) - a * ndtr(-a))
+        g = np.sum(coefs[row] * f, axis=1)
+        out += self._dslope.spread(row, edge, g, n, cols)
+        return out
+
+    def kernel_overlap(
+        self,
+        t_ref_s: np.ndarray,
+        window_s: np.ndarray,
+        multiples: np.ndarray,
+        coefs: np.ndarray,
+        jitter_s,
+        cols: list[int] | None = None,
+        power_w: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """`knot_overlap` for rows whose knots are t_ref_s − multiples × window_s, the same
+        `multiples` (ascending, ≥ 0) for every row: a boxcar ((0, 1)) or a kernel of boxes.
+        Each (row, nearby edge) pair then needs one search among the multiples instead of one
+        term per knot; only knots within the blur's reach of an edge are evaluated one by one.
+
+        With `power_w` (one per column of `cols`): each row's overlaps times those powers,
+        (rows,), the mean power the row would read, without forming the overlaps.
+        """
+        t_ref = np.asarray(t_ref_s, dtype=float)
+        n = len(t_ref)
+        win = np.broadcast_to(np.asarray(window_s, dtype=float), (n,))
+        mult = np.asarray(multiples, dtype=float)
+        coefs = np.asarray(coefs, dtype=float)
+        cols = list(range(len(self.names))) if cols is None else list(cols)
+        sig = np.broadcast_to(np.asarray(jitter_s, dtype=float), (n,))
+        blurred = bool(np.any(sig > 0))
+        sig = np.maximum(sig, 1e-12)
+        reach = _BLUR_REACH * sig if blurred else np.zeros(n)
+        rel = -mult[None, :] * win[:, None]  # knot − t_ref, (rows, knots)
+        # Prefix sums over the knots from the latest (multiple 0) back: Σ coefs, Σ coefs × rel.
+        c_sum = np.zeros((n, len(mult) + 1))
+        np.cumsum(coefs, axis=1, out=c_sum[:, 1:])
+        p_sum = np.zeros((n, len(mult) + 1))
+        np.cumsum(coefs * rel, axis=1, out=p_sum[:, 1:])
+        edges = self.edges_s
+        i0 = np.searchsorted(edges, t_ref + rel[:, -1] - reach)
+        i1 = np.searchsorted(edges, t_ref + rel[:, 0] + reach)
+        lever = p_sum[:, -1] - rel[:, 0] * c_sum[:, -1]
+        if power_w is None:
+            out = self._slope_before(i0, cols) * lever[:, None]
+        else:
+            out = (self._slope_before(i0, cols) @ power_w) * lever
+        n_near = i1 - i0
+        row = np.repeat(np.arange(n), n_near)
+        if not len(row):
+            return out
+        first = np.cumsum(n_near) - n_near
+        edge = i0[row] + (np.arange(len(row)) - first[row])
+        e_rel = edges[edge] - t_ref[row]  # the edge relative to the row's t_ref
+        w_row, r_row = win[row], reach[row]
+        v = -e_rel / w_row
+        # Knots later than the edge by more than the reach weigh it linearly (prefix sums);
+        # knots within the reach, by the blurred ramp; earlier ones not at all.
+        j_lo = np.searchsorted(mult, v - r_row / w_row)
+        j_hi = np.searchsorted(mult, v + r_row / w_row) if blurred else j_lo
+        g = p_sum[row, j_lo] - e_rel * c_sum[row, j_lo]
+        n_blur = j_hi - j_lo
+        if np.any(n_blur > 0):
+            pair = np.repeat(np.arange(len(row)), n_blur)
+            start = np.cumsum(n_blur) - n_blur
+            k = j_lo[pair] + (np.arange(len(pair)) - start[pair])
+            u = rel[row[pair], k] - e_rel[pair]
+            s_p = sig[row[pair]]
+            a = np.abs(u) / s_p
+            f = np.maximum(u, 0.0) + s_p * (_norm_pdf(a) - a * ndtr(-a))
+            g += np.bincount(pair, weights=coefs[row[pair], k] * f, minlength=len(row))
+        if power_w is None:
+            out += self._dslope.spread(row, edge, g, n, cols)
+        else:
+            out += np.bincount(
+                row, weights=g * self._dslope.weighed(cols, power_w)[edge], minlength=n
+            )
+        return out
+
+    def _slope_before(self, edge_index: np.ndarray, cols: list[int]) -> np.ndarray:
+        """Each label's slope (share of the time) just below edge `edge_index` (0 before the
+        first edge and after the last)."""
+        key = tuple(cols)
+        cache = self.__dict__.setdefault("_slopes_by_cols", {})
+        if key not in cache:
+            cache.clear()
+            padded = np.zeros((len(self.labels) + 2, len(cols)))
+            padded[1:-1] = self._share[:, cols]
+            cache[key] = padded
+        return cache[key][edge_index]
+
+
+class _EdgeSlopes:
+    """The change of each name's slope at every edge (edges × names), stored sparse."""
+
+    def __init__(self, dslope: np.ndarray) -> None:
+        from scipy.sparse import csr_matrix
+
+        self.dense_shape = dslope.shape
+        self._csr = csr_matrix(dslope)
+        self._by_cols: dict = {}
+        self._weighed: tuple | None = None
+
+    def __getitem__(self, k):
+        return self._csr[k].toarray()
+
+    def _cols(self, cols: tuple[int, ...]):
+        """The slope changes of the columns `cols` only (CSR, edges × cols)."""
+        if cols not in self._by_cols:
+            self._by_cols.clear()
+            self._by_cols[cols] = self._csr[:, list(cols)].tocsr()
+        return self._by_cols[cols]
+
+    def spread(self, row: np.ndarray, edge: np.ndarray, value: np.ndarray, n_rows: int, cols=None):
+        """Σ over pairs (row, edge) of value × the edge's slope changes, as a dense (n_rows,
+        len(cols)) array (all names where cols is None). The pairs come grouped by row, in
+        row order."""
+        from scipy.sparse import csr_matrix
+
+        slopes = self._csr if cols is None else self._cols(tuple(cols))
+        indptr = np.zeros(n_rows + 1, dtype=np.int64)
+        np.cumsum(np.bincount(row, minlength=n_rows), out=indptr[1:])
+        pairs = csr_matrix((value, edge, indptr), shape=(n_rows, self.dense_shape[0]))
+        return (pairs @ slopes).toarray()
+
+    def weighed(self, cols, power_w: np.ndarray) -> np.ndarray:
+        """Each edge's change of the power drawn (Σ slope change × power over `cols`)."""
+        key = (tuple(cols), power_w.tobytes())
+        if self._weighed is None or self._weighed[0] != key:
+            sub = self._csr[:, list(cols)]
+            self._weighed = (key, np.asarray(sub @ power_w).ravel())
+        return self._weighed[1]
 
 
 def _norm_pdf(u: np.ndarray) -> np.ndarray:

@@ -32,10 +32,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import nnls
 
 from jouleprof.attribution.common import Timeline
 from jouleprof.attribution.kernels import BOXCAR, Boxes, Delays
+from jouleprof.attribution.nnls import nnls_rows
 from jouleprof.attribution.rows import BUFFER, COUNTER, INSTANT, SensorRows, jitter_variance_w2
 
 PARAMS: tuple[str, ...] = (
@@ -58,9 +58,17 @@ def kernel_fractions(
     """For readings at refresh instants `t_ref_s` of a field that weighs its `window_s` by
     `kernel`: the share of each reading that each label of `timeline.names` makes up."""
     out = np.zeros((len(t_ref_s), len(timeline.names)))
+    # Boxes side by side share their edges: each edge's cumulative time is taken once.
+    cum: dict[float, np.ndarray] = {}
+
+    def at(multiple: float) -> np.ndarray:
+        if multiple not in cum:
+            cum[multiple] = timeline.cumulative_s(t_ref_s - multiple * window_s, sigma_s)
+        return cum[multiple]
+
     for start, end, weight in kernel:
         a, b = t_ref_s - start * window_s, t_ref_s - end * window_s
-        out += weight * timeline.overlap_s(a, b, sigma_s) / (b - a)[:, None]
+        out += weight * np.maximum(at(end) - at(start), 0.0) / (b - a)[:, None]
     return out
 
 
@@ -76,9 +84,35 @@ def delayed_fractions(
     return out / (t1_s - t0_s)[:, None]
 
 
+_BOX_MULTIPLES = np.array([0.0, 1.0])
+
+
+def kernel_multiples(kernel: Boxes) -> tuple[np.ndarray, np.ndarray]:
+    """A kernel of boxes as knots (`Timeline.kernel_overlap`): the distinct box edges in
+    windows before the refresh (ascending), and each one's coefficient times the window (a
+    box's weight / its length in windows at its later edge, minus that at its earlier one)."""
+    mult = np.array(sorted({float(m) for box in kernel for m in box[:2]}))
+    gamma = np.zeros(len(mult))
+    for start, end, weight in kernel:
+        c = weight / (start - end)
+        gamma[np.searchsorted(mult, end)] += c
+        gamma[np.searchsorted(mult, start)] -= c
+    return mult, gamma
+
+
+def delay_knots(t0_s: np.ndarray, t1_s: np.ndarray, delays: Delays):
+    """Knots and coefficients of counter rows [t0_s, t1_s] whose energy trails the power by
+    `delays` (as `delayed_fractions`)."""
+    d = t1_s - t0_s
+    knots = np.column_stack([x for delay_s, _ in delays for x in (t0_s - delay_s, t1_s - delay_s)])
+    coefs = np.column_stack([x for _, w in delays for x in (-w / d, w / d)])
+    return knots, coefs
+
+
 def fit_powers(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Non-negative least squares: the phase powers (W) of weighted rows `a`, `b`."""
-    return nnls(a, b, maxiter=50 * a.shape[1])[0]
+    """Non-negative least squares: the phase powers (W) of weighted rows `a`, `b` (through
+    the normal equations, `nnls.nnls_rows`)."""
+    return nnls_rows(a, b)
 
 
 @dataclass
@@ -113,43 +147,73 @@ class Placement:
             r.t0_s + shift - longer, r.t1_s + shift, r.power_w, r.kind, r.weight, r.sigma_s
         )
 
+    def moved_rows(
+        self, d_theta: np.ndarray, d_sigma_s: np.ndarray | None = None, buffer_stretch=1.0
+    ) -> np.ndarray:
+        """Which rows' design a change of θ by `d_theta` (and of the kinds' σ by `d_sigma_s`,
+        of the buffer's window by `buffer_stretch`) can move: the others' stay as they were."""
+        d = np.asarray(d_theta, dtype=float)
+        kind = self.rows.kind
+        moved = np.zeros(len(kind), dtype=bool)
+        moved |= (kind == COUNTER) & bool(d[0] != 0 or d[1] != 0)
+        moved |= ((kind != COUNTER) & (kind != BUFFER)) & bool(d[2] != 0 or d[3] != 0)
+        moved |= (kind == INSTANT) & bool(d[4] != 0)
+        moved |= (kind == BUFFER) & bool(d[6] != 0 or buffer_stretch != 1.0)
+        if d_sigma_s is not None:
+            moved |= np.asarray(d_sigma_s)[kind] != 0
+        return moved
+
     def design(
-        self, theta: np.ndarray, sigma_s: np.ndarray | None = None, buffer_stretch: float = 1.0
+        self,
+        theta: np.ndarray,
+        sigma_s: np.ndarray | None = None,
+        buffer_stretch: float = 1.0,
+        only: np.ndarray | None = None,
+        power_w: np.ndarray | None = None,
     ) -> np.ndarray:
         """Expected fraction of each row's interval that each fitted label covers.
 
         `buffer_stretch` scales the buffer rows' window (the systematic spread asks what a
-        window measured a little longer or shorter would change)."""
+        window measured a little longer or shorter would change). `only` (a mask of rows):
+        those rows alone, as they would be in the whole design. `power_w` (one per fitted
+        label): the design times those powers, each row's modelled mean power, (rows,)."""
         sig = self.sigma_s if sigma_s is None else np.maximum(sigma_s, 0.0)
         r = self.placed(theta)
+        if only is not None:
+            r = r.select(only)
         if buffer_stretch != 1.0:
             m = r.kind == BUFFER
             r.t0_s = np.where(m, r.t1_s - buffer_stretch * r.duration_s, r.t0_s)
         row_sig = r.row_sigma_s(sig)
-        frac = np.zeros((len(r), len(self.timeline.names)))
-        # Each kind with a kernel of its own weighs its window by the kernel's boxes.
-        kernels = [(INSTANT, self.kernel), (BUFFER, self.buffer_kernel)]
+        out = np.zeros((len(r), len(self.cols)) if power_w is None else len(r))
+        # Each row's weighing of time: a boxcar over its interval, the boxes of its kind's
+        # kernel before its refresh, or the counter's delayed copies of its interval.
         plain = np.ones(len(r), dtype=bool)
-        for kind, kernel in kernels:
+        tl = self.timeline
+        for kind, kernel in ((INSTANT, self.kernel), (BUFFER, self.buffer_kernel)):
             m = r.kind == kind
             if kernel == BOXCAR or not m.any():
                 continue
-            frac[m] = kernel_fractions(
-                self.timeline, r.t1_s[m], r.duration_s[m], kernel, row_sig[m]
+            mult, gamma = kernel_multiples(kernel)
+            d = r.duration_s[m]
+            out[m] = tl.kernel_overlap(
+                r.t1_s[m], d, mult, gamma[None, :] / d[:, None], row_sig[m], self.cols, power_w
             )
             plain &= ~m
         if self.counter_delays != NO_DELAY:
             m = r.kind == COUNTER
             if m.any():
-                frac[m] = delayed_fractions(
-                    self.timeline, r.t0_s[m], r.t1_s[m], self.counter_delays, row_sig[m]
-                )
+                knots, coefs = delay_knots(r.t0_s[m], r.t1_s[m], self.counter_delays)
+                frac = tl.knot_overlap(knots, coefs, row_sig[m], self.cols)
+                out[m] = frac if power_w is None else frac @ power_w
                 plain &= ~m
-        frac[plain] = (
-            self.timeline.overlap_s(r.t0_s[plain], r.t1_s[plain], row_sig[plain])
-            / r.duration_s[plain, None]
-        )
-        return frac[:, self.cols]
+        if plain.any():
+            d = r.duration_s[plain]
+            coefs = np.column_stack([1.0 / d, -1.0 / d])
+            out[plain] = tl.kernel_overlap(
+                r.t1_s[plain], d, _BOX_MULTIPLES, coefs, row_sig[plain], self.cols, power_w
+            )
+        return out
 
     def target(self, theta: np.ndarray, buffer_scale: float = 1.0) -> np.ndarray:
         """Each row's mean power with the power fields' gain taken out (W); the buffer's rows
@@ -210,8 +274,13 @@ def refine(
         for i in shifts:  # a drift's derivative is its shift's times u
             e = np.zeros(len(theta))
             e[i] = _STEP_S
-            d = (pl.design(theta + e) - pl.design(theta - e)) / (2 * _STEP_S)
-            grads[i] = (d @ power) * w
+            # Only the rows the term moves: the others' derivative is 0.
+            m = pl.moved_rows(e)
+            grads[i] = np.zeros(len(w))
+            if m.any():
+                up = pl.design(theta + e, only=m, power_w=power)
+                down = pl.design(theta - e, only=m, power_w=power)
+                grads[i][m] = (up - down) / (2 * _STEP_S) * w[m]
         gain = np.where(field_rows, pl.rows.power_w / (1.0 + theta[5]) ** 2, 0.0) * w
         jac = np.column_stack(
             [

@@ -74,7 +74,7 @@ names other code imports from here are re-exported.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -128,6 +128,7 @@ from jouleprof.attribution.rows import (
     merge_rows,
     sensor_rows,
 )
+from jouleprof.attribution.stages import stage
 from jouleprof.attribution.stall import STALL, split_stalls
 from jouleprof.errors import AttributionError
 
@@ -329,6 +330,8 @@ class _Grids:
     """The device's power-buffer samples (power_buffer.csv rows), or None."""
     pieces: list | None = None
     """The power fields' grid fitted piece by piece over a long run (`grid.power_pieces`)."""
+    passes: dict = field(default_factory=dict)
+    """Config (intervals set) → its fit's passes (`_passes`), each computed once."""
 
 
 def attribute_regression(
@@ -360,9 +363,10 @@ def attribute_regression(
             "(power_buffer.csv: record with --power-buffer)"
         )
     # The refresh grids (most of the fit's time) serve both models of the auto stall choice.
-    grids, grid_notes = device_grids(
-        samples, dev, cfg.use_counter, cfg.use_instant or cfg.use_average
-    )
+    with stage(f"{device}: refresh grids"):
+        grids, grid_notes = device_grids(
+            samples, dev, cfg.use_counter, cfg.use_instant or cfg.use_average
+        )
     if "counter" not in grids and "power" in grids and cfg.use_counter:
         cfg = replace(cfg, use_counter=False)
     if not grids:
@@ -373,9 +377,29 @@ def attribute_regression(
         )
     pieces = None
     if cfg.use_instant and cfg.power_piece_s:  # pieces place the instant rows only
-        grids, grid_notes, pieces = with_power_pieces(dev, grids, grid_notes, cfg.power_piece_s)
+        with stage(f"{device}: power-grid pieces"):
+            grids, grid_notes, pieces = with_power_pieces(dev, grids, grid_notes, cfg.power_piece_s)
     found = _Grids(dev, grids, grid_notes, buf, pieces)
-    return choose_model(lambda c: _attribute(found, timeline, device, c), timeline, cfg)
+    with stage(f"{device}: regression"), _one_blas_thread():
+        return choose_model(lambda c: _attribute(found, timeline, device, c), timeline, cfg)
+
+
+def _one_blas_thread():
+    """BLAS on one thread for the fits: their products are tens of thousands of rows by a few
+    dozen columns, where threads cost more than they give (on a 16-core host the default pool
+    spent 3.6 × the CPU time of a 2-core machine on them)."""
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(limits=1, user_api="blas")
+
+
+def _describe(cfg: RegressionConfig) -> str:
+    """A fit's model in a few words, for its stage's name."""
+    parts = ["stall model" if cfg.stall_model else "plain"]
+    if cfg.bins:
+        parts.append(f"bins of {1e3 * cfg.bin_s:g} ms")
+    parts.append("intervals" if cfg.intervals else "point")
+    return "fit: " + ", ".join(parts)
 
 
 def _perturbations(f: _Fit, jc: JitterGrid, jp: JitterGrid, cfg: RegressionConfig):
@@ -413,7 +437,52 @@ def _perturbations(f: _Fit, jc: JitterGrid, jp: JitterGrid, cfg: RegressionConfi
     return perturb, pls
 
 
+def _sensitivities(pl: Placement, x, w, theta, perturb, pls) -> list[np.ndarray]:
+    """How the powers move under each perturbation of the sensor model (`_perturbations`):
+    half the difference of the fits at + and −. Only the rows a perturbation moves are designed
+    again; `x` (the design at `theta`) holds the rest."""
+    rows, sigma = pl.rows, pl.sigma_s
+    sens = []
+    for (d_sigma, d_theta, d_stretch, d_scale), pl_pm in zip(perturb, pls, strict=True):
+        fits = []
+        for sign, pl_s in zip((1.0, -1.0), pl_pm, strict=True):
+            th = theta + sign * d_theta
+            m = pl.moved_rows(sign * d_theta, sign * d_sigma, 1.0 + sign * d_stretch)
+            if pl_s is not pl:
+                m |= rows.kind == COUNTER  # another counter kernel
+            xs = x.copy()
+            if m.any():
+                xs[m] = pl_s.design(th, sigma + sign * d_sigma, 1.0 + sign * d_stretch, only=m)
+            fits.append(fit_powers(xs * w[:, None], pl.target(th, 1.0 + sign * d_scale) * w))
+        sens.append(0.5 * (fits[0] - fits[1]))
+    return sens
+
+
+def _passes(found: _Grids, timeline: Timeline, jc: JitterGrid, jp: JitterGrid, cfg):
+    """The fit's passes (`_fit_pass`): (fit, counter grid, power grid, the grids' shifts)."""
+    dev = found.dev
+    with stage("rows and placement"):
+        f = _fit_pass(dev, timeline, jc, jp, cfg, found.buffer, found.pieces)
+    # A grid found to sit further off than the margins its reads were labelled with may have
+    # given some readings to the wrong refresh: label them again on the moved grids.
+    moved = [0.0, 0.0]
+    th = f.theta
+    c_off, p_off = abs(th[0]) + abs(th[1]), abs(th[2]) + abs(th[3])
+    if c_off > 0.5 * (3 * jc.jitter_s + 1e-3) or p_off > 1.5 * max(jp.jitter_s, 0.5e-3):
+        moved = [float(th[0]), float(th[2])]
+        jc = _moved(jc, th[0], th[1], f.center_s, f.half_s)
+        jp = _moved(jp, th[2], th[3], f.center_s, f.half_s)
+        with stage("rows and placement, relabelled"):
+            f = _fit_pass(dev, timeline, jc, jp, cfg, found.buffer, found.pieces)
+    return f, jc, jp, moved
+
+
 def _attribute(found: _Grids, timeline: Timeline, device: str, cfg: RegressionConfig):
+    with stage(_describe(cfg)):
+        return _attribute_model(found, timeline, device, cfg)
+
+
+def _attribute_model(found: _Grids, timeline: Timeline, device: str, cfg: RegressionConfig):
     dev, grids, grid_notes = found.dev, found.grids, found.notes
     jc = grids.get("counter", grids.get("power"))
     jp = grids.get("power", grids.get("counter"))
@@ -427,38 +496,30 @@ def _attribute(found: _Grids, timeline: Timeline, device: str, cfg: RegressionCo
     split = split_stalls(timeline, cfg.stall_quantile) if cfg.stall_model else None
     labelled = timeline
     timeline = split.timeline if split is not None else timeline
-    f = _fit_pass(dev, timeline, jc, jp, cfg, found.buffer, found.pieces)
-    # A grid found to sit further off than the margins its reads were labelled with may have
-    # given some readings to the wrong refresh: label them again on the moved grids.
-    moved = [0.0, 0.0]
-    th = f.theta
-    c_off, p_off = abs(th[0]) + abs(th[1]), abs(th[2]) + abs(th[3])
-    if c_off > 0.5 * (3 * jc.jitter_s + 1e-3) or p_off > 1.5 * max(jp.jitter_s, 0.5e-3):
-        moved = [float(th[0]), float(th[2])]
-        jc = _moved(jc, th[0], th[1], f.center_s, f.half_s)
-        jp = _moved(jp, th[2], th[3], f.center_s, f.half_s)
-        f = _fit_pass(dev, timeline, jc, jp, cfg, found.buffer, found.pieces)
+    # The passes do not depend on whether intervals are wanted: the model finally chosen
+    # reuses the passes of the point fit that chose it.
+    key = replace(cfg, intervals=True)
+    if key not in found.passes:
+        found.passes[key] = _passes(found, timeline, jc, jp, cfg)
+    f, jc, jp, moved = found.passes[key]
     pl, theta, theta_cov, w, x, power = f.pl, f.theta, f.theta_cov, f.w, f.x, f.power
-    rows, cols, cover, sigma = pl.rows, pl.cols, f.cover, pl.sigma_s
+    rows, cols, cover = pl.rows, pl.cols, f.cover
     y = pl.target(theta)
     w0 = cfg.instant_window_s
     a, b = x * w[:, None], y * w
     if cfg.intervals:
-        boot, block = block_bootstrap(a, b, rows.mid_s, cfg.block_s, cfg.n_boot, cfg.seed)
+        with stage("bootstrap"):
+            boot, block = block_bootstrap(a, b, rows.mid_s, cfg.block_s, cfg.n_boot, cfg.seed)
     else:  # a fit that only chooses a setting: point estimates (intervals at their floor)
         boot, block = power[None, :], 0
 
     # What the bootstrap cannot see: the uncertainty of σ and of where the rows sit in time.
     # A point-only fit (one that only chooses a setting) has none.
-    perturb, pls = _perturbations(f, jc, jp, cfg) if cfg.intervals else ([], [])
-    sens = [] if cfg.intervals else [np.zeros_like(power)]
-    for (d_sigma, d_theta, d_stretch, d_scale), pl_pm in zip(perturb, pls, strict=True):
-        fits = []
-        for sign, pl_s in zip((1.0, -1.0), pl_pm, strict=True):
-            th = theta + sign * d_theta
-            xs = pl_s.design(th, sigma + sign * d_sigma, 1.0 + sign * d_stretch)
-            fits.append(fit_powers(xs * w[:, None], pl.target(th, 1.0 + sign * d_scale) * w))
-        sens.append(0.5 * (fits[0] - fits[1]))
+    if cfg.intervals:
+        with stage("sensor-model spread"):
+            sens = _sensitivities(pl, x, w, theta, *_perturbations(f, jc, jp, cfg))
+    else:
+        sens = [np.zeros_like(power)]
     # One row per perturbation: how every power moves together. Phases that trade energy
     # under a perturbation (a grid shift moves joules from one neighbour to the next) then
     # cancel in a joint row's or a stalled phase's sum instead of adding in quadrature.

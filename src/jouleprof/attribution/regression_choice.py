@@ -8,12 +8,16 @@ STALL_KEEP_RATIO × the plain model's (`attribution.stall`); then, on that model
 their residual per degree of freedom is below BIN_KEEP_RATIO × the unbinned one's and every
 bin is covered by `min_rows` intervals (`attribution.bins`). Each choice is recorded in the
 result's diagnostics ("stall_model_choice", "bins_choice") and notes.
+
+Every choice is made on point fits (`RegressionConfig.intervals` False: no bootstrap, no
+sensor-model spread), which give the same powers and residuals as full fits; only the model
+finally chosen is fitted with its intervals, once.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -22,6 +26,7 @@ from jouleprof.attribution.common import Timeline
 from jouleprof.attribution.regression_config import RegressionConfig
 from jouleprof.attribution.result import DeviceAttribution, pct_text, unresolved
 from jouleprof.attribution.rows import BUFFER, KIND_NAMES
+from jouleprof.attribution.stages import stage
 from jouleprof.errors import AttributionError
 
 BUFFER_WINDOW_EXTENSIONS = 2
@@ -49,20 +54,51 @@ run4); on simulated steps of constant-power phases the stall model fits worse (1
 def choose_model(fit: Fit, timeline: Timeline, cfg: RegressionConfig) -> DeviceAttribution:
     """The fit under `cfg`, with the stall model and bins chosen where `cfg` leaves them None;
     where buffer rows are used, the buffer kernel's length chosen by the fit; where bins are
-    used, intervals widened by how much the bins' length moves each phase."""
+    used, intervals widened by how much the bins' length moves each phase.
+
+    The choices are made on point fits; the chosen model is then fitted once with intervals
+    (where `cfg.intervals`), and carries the choices' notes and diagnostics."""
+
+    def point(c: RegressionConfig) -> DeviceAttribution:
+        return fit(replace(c, intervals=False))
+
     bins = cfg.bins
     if bins is None and not bin_counts(timeline, cfg.bin_s):
         bins = False  # no phase long enough to cut
     first = replace(cfg, bins=bool(bins))
-    res = _auto_stall(fit, first) if cfg.stall_model is None else fit(first)
+    with stage("choose the stall model" if cfg.stall_model is None else "fit"):
+        res = _auto_stall(point, first) if cfg.stall_model is None else point(first)
     if bins is None:
-        res = _auto_bins(fit, cfg, res)
+        with stage("choose bins"):
+            res = _auto_bins(point, cfg, res)
     cfg = replace(cfg, bins=bool(res.diagnostics.get("bins")), stall_model=_uses_stall(res))
+    window = None
     if BUFFER_ROWS in res.diagnostics.get("rows", {}) and cfg.buffer_window_scales:
-        res, cfg = _choose_buffer_window(fit, cfg, res)
-    if res.diagnostics.get("bins") and cfg.bin_resolution_check:
-        res = _widen_by_bin_length(fit, cfg, res)
-    return res
+        with stage("choose the buffer window"):
+            window = _search_buffer_window(point, cfg, res)
+        cfg = window.cfg
+    with stage("fit the chosen model"):
+        final = fit(cfg) if cfg.intervals else res
+    if final is not res:
+        if window is None or window.best == 1.0:
+            final.notes[:] = res.notes  # its own notes (as the point fit's) and the choices'
+        else:
+            final.notes += [n for n in res.notes if n.startswith(("model: ", "bins: "))]
+        for key in ("stall_model_choice", "bins_choice"):
+            if key in res.diagnostics:
+                final.diagnostics[key] = res.diagnostics[key]
+    elif window is not None and window.best != 1.0:
+        final = point(cfg)
+        for key in ("stall_model_choice", "bins_choice"):
+            if key in res.diagnostics:
+                final.diagnostics[key] = res.diagnostics[key]
+        final.notes += [n for n in res.notes if n.startswith(("model: ", "bins: "))]
+    if window is not None:
+        _widen_by_buffer_window(final, window)
+    if final.diagnostics.get("bins") and cfg.bin_resolution_check:
+        with stage("check the bin length"):
+            final = _widen_by_bin_length(point, cfg, final)
+    return final
 
 
 def _widen(res: DeviceAttribution, moved_j: dict[str, float], what: str) -> dict[str, float]:
@@ -110,7 +146,7 @@ def _widen_by_bin_length(
     12 seeds and the EMA in 3 (tests/unit/test_attribution_bins.py); twice-as-long bins moved
     them by about as much as they missed."""
     try:
-        coarse = fit(replace(cfg, bin_s=2 * cfg.bin_s, intervals=False))
+        coarse = fit(replace(cfg, bin_s=2 * cfg.bin_s))
     except AttributionError as e:
         res.notes.append(f"bin length not checked: {e}")
         return res
@@ -136,14 +172,29 @@ def _buffer_rms(res: DeviceAttribution) -> float:
     return float(res.diagnostics["rows"][BUFFER_ROWS]["residual_rms_w"])
 
 
-def _choose_buffer_window(
-    fit: Fit, cfg: RegressionConfig, res: DeviceAttribution
-) -> tuple[DeviceAttribution, RegressionConfig]:
-    """The buffer kernel's length chosen by the run's own buffer rows, and the config it was
-    fitted under. `res` was fitted at cfg.buffer_window_s (scale 1); the fit is repeated at each
-    of cfg.buffer_window_scales (point estimates), and further out where the best is at an edge
-    (BUFFER_WINDOW_EXTENSIONS); the scale whose buffer rows fit best is kept, and each phase's
-    interval is widened by the larger move to the neighbouring scales tried.
+@dataclass
+class _WindowSearch:
+    """The buffer kernel's lengths tried (`_search_buffer_window`) and the one chosen."""
+
+    cfg: RegressionConfig
+    """The config at the chosen length."""
+    base_window_s: float
+    best: float
+    """The chosen scale of the configured window."""
+    rms: dict[float, float]
+    """Scale → residual RMS of the buffer rows (W)."""
+    neighbours: list[float]
+    energy: dict[float, dict[str, float | None]]
+    """The neighbouring scales' energies per phase (point fits)."""
+
+
+def _search_buffer_window(fit: Fit, cfg: RegressionConfig, res: DeviceAttribution) -> _WindowSearch:
+    """The buffer kernel's length chosen by the run's own buffer rows. `res` was fitted at
+    cfg.buffer_window_s (scale 1); the fit is repeated at each of cfg.buffer_window_scales
+    (`fit` gives point estimates), and further out where the best is at an edge
+    (BUFFER_WINDOW_EXTENSIONS); the scale whose buffer rows fit best is kept
+    (`_widen_by_buffer_window` then widens each phase's interval by the larger move to the
+    neighbouring scales tried).
 
     The kernel probe could not tell exponentials of τ 8–12 ms apart, and the V-JEPA2 optimizer's
     split moved with τ on some runs (benchmarks/results/attr_vith_b8, session 7): the run's own
@@ -154,9 +205,8 @@ def _choose_buffer_window(
     def at(sc: float) -> bool:
         """Fit (point estimates) with the window × `sc` into `points`; False where it fails."""
         try:
-            points[sc] = fit(
-                replace(cfg, buffer_window_s=sc * cfg.buffer_window_s, intervals=False)
-            )
+            with stage(f"buffer window ×{sc:.3g}"):
+                points[sc] = fit(replace(cfg, buffer_window_s=sc * cfg.buffer_window_s))
         except AttributionError as e:
             res.notes.append(f"buffer window ×{sc:.3g} not fitted: {e}")
             return False
@@ -179,15 +229,22 @@ def _choose_buffer_window(
     tried = sorted(rms)
     i = tried.index(best)
     neighbours = [tried[j] for j in (i - 1, i + 1) if 0 <= j < len(tried)]
-    chosen_cfg = replace(cfg, buffer_window_s=best * cfg.buffer_window_s)
-    chosen = res
-    if best != 1.0:
-        chosen = fit(chosen_cfg)
-        for key in ("stall_model_choice", "bins_choice"):
-            if key in res.diagnostics:
-                chosen.diagnostics[key] = res.diagnostics[key]
-        chosen.notes += [n for n in res.notes if n.startswith(("model: ", "bins: "))]
     energy = {sc: {p.phase: p.energy_j for p in points[sc].phases} for sc in neighbours}
+    return _WindowSearch(
+        replace(cfg, buffer_window_s=best * cfg.buffer_window_s),
+        cfg.buffer_window_s,
+        best,
+        rms,
+        neighbours,
+        energy,
+    )
+
+
+def _widen_by_buffer_window(chosen: DeviceAttribution, search: _WindowSearch) -> None:
+    """Widen each phase's interval in `chosen` (fitted at the chosen buffer window) by the
+    larger move to the neighbouring lengths tried, in place, and say so in a note."""
+    best, rms, neighbours, energy = search.best, search.rms, search.neighbours, search.energy
+    tried = sorted(rms)
     moved: dict[str, float] = {}
     for p in chosen.phases:
         ds = [
@@ -197,14 +254,14 @@ def _choose_buffer_window(
         ]
         if ds:
             moved[p.phase] = max(ds)
-    ms = lambda sc: f"{1e3 * sc * cfg.buffer_window_s:.0f}"  # noqa: E731
+    ms = lambda sc: f"{1e3 * sc * search.base_window_s:.0f}"  # noqa: E731
     moved_pct = _widen(
         chosen, moved, f"buffer windows of {'/'.join(ms(sc) for sc in neighbours)} ms"
     )
     edge = best in (tried[0], tried[-1]) and len(tried) > 1
     chosen.diagnostics["buffer_window_choice"] = {
-        "window_s": best * cfg.buffer_window_s,
-        "residual_rms_w": {f"{sc * cfg.buffer_window_s:.4g}": r for sc, r in rms.items()},
+        "window_s": best * search.base_window_s,
+        "residual_rms_w": {f"{sc * search.base_window_s:.4g}": r for sc, r in rms.items()},
         "moved_j": moved,
         "at_edge": edge,
     }
@@ -221,7 +278,6 @@ def _choose_buffer_window(
         )
         + ("; the best is at the edge of the lengths tried" if edge else "")
     )
-    return chosen, chosen_cfg
 
 
 def _auto_bins(fit: Fit, cfg: RegressionConfig, whole: DeviceAttribution) -> DeviceAttribution:

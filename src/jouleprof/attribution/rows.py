@@ -294,8 +294,8 @@ def jitter_variance_w2(
     z, wq = np.polynomial.hermite_e.hermegauss(9)
     wq = wq / wq.sum()
     sig = np.broadcast_to(np.asarray(sigma_s, dtype=float), rows.t0_s.shape)
-    g0 = np.stack([timeline.cumulative_s(rows.t0_s + sig * zi) @ power_w for zi in z])
-    g1 = np.stack([timeline.cumulative_s(rows.t1_s + sig * zi) @ power_w for zi in z])
+    g0 = np.stack([timeline.energy_until_j(rows.t0_s + sig * zi, power_w) for zi in z])
+    g1 = np.stack([timeline.energy_until_j(rows.t1_s + sig * zi, power_w) for zi in z])
     g0 -= g0[len(z) // 2]  # centre before squaring: G itself is large
     g1 -= g1[len(z) // 2]
 

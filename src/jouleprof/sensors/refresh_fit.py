@@ -193,11 +193,13 @@ def _profile_half_width(nll_at, span: float, n_steps: int = 100) -> float:
     scanned in n_steps steps each way up to ±span; span × √3 where the set reaches the scan's
     end (the reads pin the parameter no better than that: a uniform error over ±span·√3)."""
     ds = np.linspace(-span, span, 2 * n_steps + 1)
-    ok = np.array([nll_at(d) for d in ds]) <= nll_at(0.0) + 0.5
+    level = nll_at(0.0) + 0.5
+    # Walk out from the centre each way until the set ends: the likelihood is evaluated only
+    # up to the first point outside (the same points a full scan would read there).
     i = j = n_steps
-    while i > 0 and ok[i - 1]:
+    while i > 0 and nll_at(ds[i - 1]) <= level:
         i -= 1
-    while j < len(ds) - 1 and ok[j + 1]:
+    while j < len(ds) - 1 and nll_at(ds[j + 1]) <= level:
         j += 1
     if i == 0 or j == len(ds) - 1:
         return float(span * np.sqrt(3.0))

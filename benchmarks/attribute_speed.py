@@ -1,0 +1,232 @@
+"""How long `jouleprof attribute` takes on committed runs: wall and CPU seconds per stage.
+
+Each run is attributed in a process of its own (clean memory and CPU figures; a failure is a
+row, not the end), with `jouleprof.attribution.stages.recording()` collecting every stage the
+attribution marks: reading the run, the refresh grids, each fit of the model choice (stall
+model, bins, buffer window lengths, the bin-length check, each a point fit), the chosen model's
+fit with its bootstrap and sensor-model spread. It needs no GPU: the runs are recorded ones
+(benchmarks/results/attr_vith_b8/run*, which travel with the tree).
+
+    PYTHONPATH=src python3 benchmarks/attribute_speed.py --out DIR [--runs run11 run6 ...]
+        [--method regression] [--repeat 1] [--budget-s 900]
+
+Writes DIR/runs.csv (one row per run and repeat: wall, CPU, peak memory, sizes, phases
+resolved), DIR/stages.csv (per run, repeat and stage: wall and CPU seconds, calls), DIR/
+results/<run>.json (the attribution itself, for comparing code versions) and DIR/meta.json
+(date, commit — JP_COMMIT if set —, host, CPUs, BLAS, versions, the command); prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime as dt
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RUNS_DIR = ROOT / "benchmarks" / "results" / "attr_vith_b8"
+DEFAULT_RUNS = ("run11", "run6", "run9", "run4", "run5")
+
+
+def _sizes(run: Path) -> dict[str, int | None]:
+    """Rows of the run's inputs (samples, spans, power buffer)."""
+    out: dict[str, int | None] = {}
+    for key, name in (
+        ("samples", "samples.csv"),
+        ("spans", "spans.csv"),
+        ("buffer", "power_buffer.csv"),
+    ):
+        p = run / name
+        out[f"n_{key}"] = sum(1 for _ in p.open()) - 1 if p.is_file() else None
+    return out
+
+
+def attribute_one(run: str, method: str) -> dict:
+    """Attribute `run` by `method` in this process; the timings and the result (JSON-able)."""
+    import resource
+
+    from jouleprof.attribution import attribute
+    from jouleprof.attribution.stages import recording
+
+    stages_seen: list[str] = []
+    w0, c0 = time.perf_counter(), time.process_time()
+    with recording() as times:
+        res = attribute(run, method, progress=stages_seen.append)
+    wall, cpu = time.perf_counter() - w0, time.process_time() - c0
+    totals = times.totals()
+    counts: dict[str, int] = {}
+    for path, _, _ in times.rows:
+        counts[path] = counts.get(path, 0) + 1
+    phases = [p for d in res.devices for p in d.phases]
+    return {
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "maxrss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "n_phases": len(phases),
+        "n_resolved": sum(p.resolved for p in phases),
+        "stages": [
+            {"stage": k, "wall_s": v[0], "cpu_s": v[1], "calls": counts[k]}
+            for k, v in totals.items()
+        ],
+        "progress_messages": len(stages_seen),
+        "result": res.to_json(),
+    }
+
+
+def _child(run: str, method: str) -> None:
+    doc = attribute_one(run, method)
+    sys.stdout.write(json.dumps(doc, default=str))
+
+
+def _git_commit() -> str | None:
+    if os.environ.get("JP_COMMIT"):
+        return os.environ["JP_COMMIT"]
+    try:
+        return subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def _meta(argv: list[str]) -> dict:
+    import numpy
+    import scipy
+
+    try:
+        from threadpoolctl import threadpool_info
+
+        blas = [
+            {k: d.get(k) for k in ("internal_api", "num_threads", "version")}
+            for d in threadpool_info()
+        ]
+    except Exception as e:  # noqa: BLE001 — a report, not a requirement
+        blas = f"unavailable: {e}"
+    return {
+        "date_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "git_commit": _git_commit(),
+        "host": platform.node(),
+        "cpu_count": os.cpu_count(),
+        "load_avg_at_start": os.getloadavg() if hasattr(os, "getloadavg") else None,
+        "python": platform.python_version(),
+        "numpy": numpy.__version__,
+        "scipy": scipy.__version__,
+        "blas": blas,
+        "gpu": None,
+        "command": " ".join(["python3", "benchmarks/attribute_speed.py", *argv]),
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, required=True, help="output directory")
+    ap.add_argument(
+        "--runs",
+        nargs="+",
+        default=list(DEFAULT_RUNS),
+        help="run directories, or names under benchmarks/results/attr_vith_b8",
+    )
+    ap.add_argument("--method", default="regression", help="proportional, regression, isolation")
+    ap.add_argument("--repeat", type=int, default=1, help="attribute each run this many times")
+    ap.add_argument(
+        "--budget-s",
+        type=float,
+        default=1800.0,
+        help="start no new attribution after this many seconds",
+    )
+    ap.add_argument("--timeout-s", type=float, default=900.0, help="limit for one attribution")
+    ap.add_argument("--child", nargs=2, metavar=("RUN", "METHOD"), help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    if a.child:
+        _child(*a.child)
+        return
+    a.out.mkdir(parents=True, exist_ok=True)
+    (a.out / "results").mkdir(exist_ok=True)
+    meta = _meta(argv)
+    (a.out / "meta.json").write_text(json.dumps(meta, indent=2))
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    }
+    run_rows, stage_rows = [], []
+    t_start = time.monotonic()
+    for name in a.runs:
+        run = Path(name) if Path(name).is_dir() else RUNS_DIR / name
+        for rep in range(a.repeat):
+            row = {"run": run.name, "repeat": rep, "method": a.method, **_sizes(run)}
+            if time.monotonic() - t_start > a.budget_s:
+                row["error"] = "skipped: over --budget-s"
+                run_rows.append(row)
+                continue
+            try:
+                cp = subprocess.run(
+                    [sys.executable, __file__, "--out", str(a.out), "--child", str(run), a.method],
+                    capture_output=True,
+                    text=True,
+                    env=env,
+                    timeout=a.timeout_s,
+                )
+                if cp.returncode != 0:
+                    raise RuntimeError((cp.stderr.strip().splitlines() or ["?"])[-1])
+                doc = json.loads(cp.stdout)
+            except (subprocess.TimeoutExpired, RuntimeError, json.JSONDecodeError) as e:
+                row["error"] = str(e)[:300]
+                run_rows.append(row)
+                print(f"{run.name}: {row['error']}", file=sys.stderr)
+                continue
+            row.update(
+                {k: doc[k] for k in ("wall_s", "cpu_s", "maxrss_mib", "n_phases", "n_resolved")}
+            )
+            run_rows.append(row)
+            for s in doc["stages"]:
+                stage_rows.append({"run": run.name, "repeat": rep, **s})
+            if rep == 0:
+                (a.out / "results" / f"{run.name}.json").write_text(
+                    json.dumps(doc["result"], indent=1)
+                )
+    _write_csv(a.out / "runs.csv", run_rows)
+    _write_csv(a.out / "stages.csv", stage_rows)
+    meta["elapsed_s"] = time.monotonic() - t_start
+    (a.out / "meta.json").write_text(json.dumps(meta, indent=2))
+    _print_table(run_rows, stage_rows)
+
+
+def _write_csv(path: Path, rows: list[dict]) -> None:
+    cols: list[str] = []
+    for r in rows:
+        cols += [k for k in r if k not in cols]
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=cols)
+        w.writeheader()
+        w.writerows(rows)
+
+
+def _print_table(run_rows: list[dict], stage_rows: list[dict]) -> None:
+    print(
+        f"{'run':8s} {'samples':>8s} {'spans':>6s} {'buffer':>7s} {'wall_s':>8s} {'cpu_s':>8s} {'MiB':>6s}  resolved"
+    )
+    for r in run_rows:
+        if "error" in r:
+            print(f"{r['run']:8s} {r['error']}")
+            continue
+        print(
+            f"{r['run']:8s} {r['n_samples'] or 0:8d} {r['n_spans'] or 0:6d} {r['n_buffer'] or 0:7d} "
+            f"{r['wall_s']:8.1f} {r['cpu_s']:8.1f} {r['maxrss_mib']:6.0f}  {r['n_resolved']}/{r['n_phases']}"
+        )
+    top = [s for s in stage_rows if s["stage"].count("/") <= 2 and s["repeat"] == 0]
+    for run in dict.fromkeys(s["run"] for s in top):
+        print(f"\n{run}: stage (wall s / CPU s / calls)")
+        for s in top:
+            if s["run"] == run:
+                print(f"  {s['stage']:70s} {s['wall_s']:7.2f} {s['cpu_s']:7.2f} {s['calls']:4d}")
+
+
+if __name__ == "__main__":
+    main()
