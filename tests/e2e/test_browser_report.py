@@ -246,3 +246,52 @@ def test_a_simulated_run_says_so_unmistakably(browser, run_dir, tmp_path):
     )
     assert "simulated" in energy
     assert browser.js("document.getElementById('trained-on').textContent").startswith("CPU")
+
+
+def test_study_and_compare_pages_in_a_browser(browser, run_dir, tmp_path):
+    """A matrix study's page leads with its answer; a comparison marks what differs."""
+    import sys
+
+    from jouleprof.bench.matrix import Cell, run_matrix
+    from jouleprof.report import write_study_report
+    from jouleprof.report.compare import compare_runs, write_compare_html
+
+    prog = (
+        "import sys; from jouleprof.store.rundir import RunDir; "
+        "from jouleprof.types import Figure, RunRecord, RunStatus; "
+        "r = RunRecord(run_id='c', kind='test', status=RunStatus.COMPLETE); "
+        "v = float(sys.argv[2]); "
+        "r.summary['energy_per_sample_j'] = Figure.measured(v, 'J', lo=v - 0.1, hi=v + 0.1); "
+        "RunDir.create(sys.argv[1], r)"
+    )
+    cells = [
+        Cell(f"lr{v}", (sys.executable, "-c", prog, "{cell_dir}", str(v)), {"lr": v}, gpus=0)
+        for v in (2.5, 1.5)
+    ]
+    cells.append(Cell("broken", (sys.executable, "-c", "raise SystemExit(3)"), {"lr": 9.0}, gpus=0))
+    study = tmp_path / "study"
+    run_matrix(study, {"name": "browser"}, cells, progress=False)
+    browser.open(write_study_report(study))
+    assert browser.errors() == []
+    first = browser.js("document.querySelector('section').id")
+    assert first == "answer"
+    sentence = browser.js("document.getElementById('answer-sentence').textContent")
+    assert "lr1.5" in sentence and "1.5" in sentence and "2 of 3 cells" in sentence
+    images = browser.js("Array.from(document.images).map(i => i.complete && i.naturalWidth > 0)")
+    assert images and all(images)
+    assert "broken" in browser.js("document.getElementById('unfinished').textContent")
+
+    other = as_simulated(run_dir, tmp_path / "other")
+    page = write_compare_html(compare_runs([run_dir, other]), tmp_path / "compare.html")
+    browser.open(page)
+    assert browser.errors() == []
+    shown = browser.js(
+        "Array.from(document.querySelectorAll('#figures td[data-value]'))"
+        ".map(e => [e.dataset.run, e.dataset.key, Number(e.dataset.value)])"
+    )
+    want = json.loads((run_dir / "run.json").read_text())["summary"]
+    for run, key, value in shown:
+        if run == "0":
+            assert value == want[key]["value"], key
+    # Simulated against measured is flagged, never marked as a difference.
+    assert "sources differ" in browser.js("document.getElementById('figures').textContent")

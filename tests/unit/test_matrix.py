@@ -236,3 +236,20 @@ def test_collect_indexes_every_run_and_lists_the_broken(tmp_path):
     )
     pq = pd.read_parquet(tmp_path / "runs.parquet").set_index("cell_id")
     assert pq.loc["a", "energy_j"] == 1.0 and len(pq) == len(df) == 5
+
+
+def test_a_cell_on_several_gpus_runs_under_torchrun(tmp_path):
+    pytest.importorskip("torch")
+    script = tmp_path / "rank.py"
+    script.write_text(
+        "import os, sys\n"
+        "d = sys.argv[1]\n"
+        "r, w = os.environ['RANK'], os.environ['WORLD_SIZE']\n"
+        "open(f'{d}/rank{r}', 'w').write(w + ' ' + os.environ['CUDA_VISIBLE_DEVICES'])\n"
+    )
+    cell = Cell("ddp", (sys.executable, str(script), "{cell_dir}"), {}, timeout_s=120, gpus=2)
+    run_matrix(tmp_path / "s", {}, [cell], executor=LocalExecutor(gpus=[0, 1]), progress=False)
+    cdir = tmp_path / "s" / "cells" / "ddp"
+    seen = sorted(p.name for p in cdir.glob("rank*"))
+    assert seen == ["rank0", "rank1"], (cdir / "cell.log").read_text()[-2000:]
+    assert (cdir / "rank1").read_text() == "2 0,1"  # both ranks, both GPUs, one cell

@@ -211,7 +211,23 @@ def detect(path: str | os.PathLike[str]) -> str:
 def build_report(path: str | os.PathLike[str]) -> Report:
     """Detect what `path` holds and write its report; returns what was written."""
     kind = detect(path)
-    return build_run_report(Path(path)) if kind == "run" else build_study_report(Path(path))
+    if kind == "run":
+        return build_run_report(Path(path))
+    if _is_batch_mode_study(Path(path)):
+        return build_study_report(Path(path))
+    from jouleprof.report import matrix_study
+
+    return matrix_study.build(Path(path))
+
+
+def _is_batch_mode_study(path: Path) -> bool:
+    """Whether runs.csv is the V-JEPA2 batch size × mode matrix (its own study page)."""
+    p = path / "runs.csv"
+    if not p.is_file():
+        return True  # the study page says what is missing
+    with p.open() as f:
+        header = f.readline().strip().split(",")
+    return {"batch_size", "mode"} <= set(header)
 
 
 def write_run_report(run_dir: str | os.PathLike[str]) -> Path:
@@ -221,7 +237,7 @@ def write_run_report(run_dir: str | os.PathLike[str]) -> Path:
 
 def write_study_report(study_dir: str | os.PathLike[str]) -> Path:
     """Regenerate a study directory's report; returns the path of its report.html."""
-    return build_study_report(Path(study_dir)).html  # type: ignore[return-value]
+    return build_report(Path(study_dir)).html  # type: ignore[return-value]
 
 
 def write_tables(tables: list[Table | None], out_dir: Path) -> list[Table]:
@@ -486,9 +502,22 @@ def build_study_report(study_dir: Path) -> Report:
     report = Report(
         "study", study_dir, plots=plots, tables=tables, notes=notes + warmup, sentences=sentences
     )
+    counts = study.runs["status"].value_counts()
+    status_counts = f"{len(study.runs)} cells: " + ", ".join(
+        f"{n} {S.STATUS_WORDS.get(s, s)}" for s, n in counts.items()
+    )
+    sim = [cid for cid, r in study.records.items() if (r.extra or {}).get("simulated_gpu")]
+    simulated = (
+        f"SIMULATED: {len(sim)} of the study's cells ran without a GPU; their energies come "
+        "from the package's simulated GPU, not from a measurement."
+        if sim
+        else None
+    )
     report.html = render(
         "study.html",
         study_dir / REPORT_HTML,
+        status_counts=status_counts,
+        simulated=simulated,
         meta=study.meta,
         name=study_dir.name,
         n_cells=len(study.runs),
