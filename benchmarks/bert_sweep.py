@@ -36,14 +36,37 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 FIELDS = ("layers", "hidden", "heads", "seq", "batch")
-COLUMNS = ("id", "order", "role", *FIELDS, "strategy", "status", "steps", "s_per_step", "j_per_step",
-           "j_per_sample", "avg_power_w", "energy_j", "wall_time_s", "peak_mem_allocated_bytes",
-           "train_flops_per_step", "params", "seconds_total", "error")
+COLUMNS = (
+    "id",
+    "order",
+    "role",
+    *FIELDS,
+    "strategy",
+    "status",
+    "steps",
+    "s_per_step",
+    "j_per_step",
+    "j_per_sample",
+    "avg_power_w",
+    "energy_j",
+    "wall_time_s",
+    "peak_mem_allocated_bytes",
+    "train_flops_per_step",
+    "params",
+    "seconds_total",
+    "error",
+)
 
 
 def _c(layers, hidden, heads, seq, batch, role):
-    return {"layers": layers, "hidden": hidden, "heads": heads, "seq": seq, "batch": batch,
-            "role": role}
+    return {
+        "layers": layers,
+        "hidden": hidden,
+        "heads": heads,
+        "seq": seq,
+        "batch": batch,
+        "role": role,
+    }
 
 
 def plan() -> list[dict]:
@@ -62,10 +85,20 @@ def plan() -> list[dict]:
         rows.append(_c(12, 768, 12, 128, B, "axis-batch"))
     for A in (4, 8, 16):
         rows.append(_c(12, 768, A, 128, 32, "axis-heads"))
-    mixed = [(6, 512, 8, 256, 16), (4, 1024, 16, 64, 64), (18, 512, 8, 512, 8),
-             (8, 1536, 24, 128, 16), (24, 256, 4, 256, 64), (2, 768, 12, 512, 128),
-             (16, 1024, 16, 256, 16), (8, 384, 6, 1024, 8), (10, 640, 10, 192, 48),
-             (20, 896, 14, 128, 24), (3, 1280, 20, 384, 24), (14, 512, 16, 64, 96)]
+    mixed = [
+        (6, 512, 8, 256, 16),
+        (4, 1024, 16, 64, 64),
+        (18, 512, 8, 512, 8),
+        (8, 1536, 24, 128, 16),
+        (24, 256, 4, 256, 64),
+        (2, 768, 12, 512, 128),
+        (16, 1024, 16, 256, 16),
+        (8, 384, 6, 1024, 8),
+        (10, 640, 10, 192, 48),
+        (20, 896, 14, 128, 24),
+        (3, 1280, 20, 384, 24),
+        (14, 512, 16, 64, 96),
+    ]
     rows += [_c(*m, "mixed") for m in mixed]
     rows += [_c(24, 1024, 16, 256, 16, "holdout"), _c(*base, "repeat")]
     for strategy in ("ddp", "fsdp", "tp"):  # each wrapper's own cost on one GPU (world size 1)
@@ -80,8 +113,11 @@ def plan() -> list[dict]:
 
 
 def smoke_plan() -> list[dict]:
-    rows = [_c(2, 64, 4, 32, 4, "base"), _c(2, 64, 4, 32, 8, "axis-batch"),
-            _c(4, 64, 4, 32, 4, "holdout")]
+    rows = [
+        _c(2, 64, 4, 32, 4, "base"),
+        _c(2, 64, 4, 32, 8, "axis-batch"),
+        _c(4, 64, 4, 32, 4, "holdout"),
+    ]
     for i, r in enumerate(rows):
         r["order"] = i
         r["strategy"] = "ddp" if i == 1 else "none"
@@ -157,12 +193,19 @@ def worker(args) -> int:
             run_protocol(cfg, run_dir, simulate_gpu_w=300.0 if args.smoke else None)
             row = _row_from_run(r, run_dir, time.time() - t0)
         except Exception as e:  # a bad configuration is a row, never the end of the sweep
-            row = {**r, "status": "failed", "error": f"{type(e).__name__}: {e}"[:300],
-                   "seconds_total": round(time.time() - t0, 2)}
+            row = {
+                **r,
+                "status": "failed",
+                "error": f"{type(e).__name__}: {e}"[:300],
+                "seconds_total": round(time.time() - t0, 2),
+            }
         _append(out, row)
         (out / "current.txt").unlink(missing_ok=True)  # between configurations: none in flight
-        print(f"{r['id']:>34s}  {row['status']:>8s}  {row.get('j_per_step', '')!s:>10.8s} J/step"
-              f"  {time.time() - t0:5.1f} s", flush=True)
+        print(
+            f"{r['id']:>34s}  {row['status']:>8s}  {row.get('j_per_step', '')!s:>10.8s} J/step"
+            f"  {time.time() - t0:5.1f} s",
+            flush=True,
+        )
         gc.collect()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
@@ -172,9 +215,12 @@ def worker(args) -> int:
 
 
 def _meta(out: Path, argv: list[str]) -> None:
-    meta = {"date_utc": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-            "command": " ".join(["python", "benchmarks/bert_sweep.py", *argv]),
-            "git_commit": os.environ.get("JP_COMMIT") or _git(), "python": platform.python_version()}
+    meta = {
+        "date_utc": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "command": " ".join(["python", "benchmarks/bert_sweep.py", *argv]),
+        "git_commit": os.environ.get("JP_COMMIT") or _git(),
+        "python": platform.python_version(),
+    }
     try:
         import torch
         import transformers
@@ -203,8 +249,12 @@ def _meta(out: Path, argv: list[str]) -> None:
 
 def _git() -> str:
     try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
-                              text=True, timeout=10).stdout.strip() or "unknown"
+        return (
+            subprocess.run(
+                ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10
+            ).stdout.strip()
+            or "unknown"
+        )
     except Exception:
         return "unknown"
 
@@ -218,15 +268,19 @@ def _table(out: Path) -> None:
         rows = list(csv.DictReader(f))
     print(f"{'id':>34s} {'status':>8s} {'s/step':>8s} {'J/step':>9s} {'W':>6s} {'mem GiB':>8s}")
     for r in rows:
-        def num(k, fmt):
+
+        def num(k, fmt, r=r):
             try:
                 return format(float(r[k]), fmt)
             except (TypeError, ValueError):
                 return "-"
+
         mem = num("peak_mem_allocated_bytes", ".0f")
         mem = f"{float(mem) / 2**30:.1f}" if mem != "-" else "-"
-        print(f"{r['id']:>34s} {r['status']:>8s} {num('s_per_step', '8.4f')} "
-              f"{num('j_per_step', '9.2f')} {num('avg_power_w', '6.0f')} {mem:>8s}")
+        print(
+            f"{r['id']:>34s} {r['status']:>8s} {num('s_per_step', '8.4f')} "
+            f"{num('j_per_step', '9.2f')} {num('avg_power_w', '6.0f')} {mem:>8s}"
+        )
 
 
 def _supervise(cmd: list[str], cur: Path, timeout_s: float) -> int:
@@ -242,8 +296,10 @@ def _supervise(cmd: list[str], cur: Path, timeout_s: float) -> int:
         except FileNotFoundError:
             continue
         if age > timeout_s:
-            print(f"configuration {cur.read_text().strip()} ran past {timeout_s:.0f} s: killing",
-                  flush=True)
+            print(
+                f"configuration {cur.read_text().strip()} ran past {timeout_s:.0f} s: killing",
+                flush=True,
+            )
             proc.kill()
             return proc.wait()
 
@@ -252,13 +308,25 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True)
-    ap.add_argument("--budget-s", type=float, default=400.0,
-                    help="start no configuration after this many seconds (rerun to resume)")
+    ap.add_argument(
+        "--budget-s",
+        type=float,
+        default=400.0,
+        help="start no configuration after this many seconds (rerun to resume)",
+    )
     ap.add_argument("--measure-s", type=float, default=6.0, help="measured seconds per config")
-    ap.add_argument("--est-s", type=float, default=10.0,
-                    help="expected seconds per configuration (a budget's last one must fit)")
-    ap.add_argument("--config-timeout-s", type=float, default=90.0,
-                    help="kill a configuration that runs longer than this (a hang)")
+    ap.add_argument(
+        "--est-s",
+        type=float,
+        default=10.0,
+        help="expected seconds per configuration (a budget's last one must fit)",
+    )
+    ap.add_argument(
+        "--config-timeout-s",
+        type=float,
+        default=90.0,
+        help="kill a configuration that runs longer than this (a hang)",
+    )
     ap.add_argument("--smoke", action="store_true", help="tiny configs on CPU, simulated GPU")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--deadline", type=float, default=None, help=argparse.SUPPRESS)
@@ -270,9 +338,15 @@ def main(argv: list[str] | None = None) -> int:
     t_start = time.time()
     deadline = t_start + args.budget_s
     _meta(out, argv)
-    for attempt in range(10):
-        cmd = [sys.executable, str(Path(__file__).resolve()), *argv, "--worker",
-               "--deadline", repr(deadline)]
+    for _attempt in range(10):
+        cmd = [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            *argv,
+            "--worker",
+            "--deadline",
+            repr(deadline),
+        ]
         rc = _supervise(cmd, out / "current.txt", args.config_timeout_s)
         cur = out / "current.txt"
         if not cur.exists():
@@ -282,8 +356,14 @@ def main(argv: list[str] | None = None) -> int:
         if cur.exists():  # the worker died inside a configuration: record it and go on
             cid = cur.read_text().strip()
             rows = {r["id"]: r for r in (smoke_plan() if args.smoke else plan())}
-            _append(out, {**rows.get(cid, {"id": cid}), "status": "failed",
-                          "error": f"worker exited with {rc} during this configuration"})
+            _append(
+                out,
+                {
+                    **rows.get(cid, {"id": cid}),
+                    "status": "failed",
+                    "error": f"worker exited with {rc} during this configuration",
+                },
+            )
             cur.unlink()
             print(f"worker exited {rc} in {cid}: recorded as failed, restarting", flush=True)
         if time.time() + args.est_s > deadline:

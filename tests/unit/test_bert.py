@@ -13,8 +13,17 @@ from jouleprof.errors import ConfigError
 from jouleprof.workloads.bert import BertTrainConfig, get_preset
 from jouleprof.workloads.bert_strategies import check_before_gpu_work
 
-TINY = dict(layers=1, hidden=32, heads=2, seq=8, batch=2, precision="fp32", warmup_steps=1,
-            min_measure_s=0.3, min_steps=2)
+TINY = dict(
+    layers=1,
+    hidden=32,
+    heads=2,
+    seq=8,
+    batch=2,
+    precision="fp32",
+    warmup_steps=1,
+    min_measure_s=0.3,
+    min_steps=2,
+)
 
 
 def _ctx(world, local_world=None):
@@ -32,11 +41,13 @@ def test_registry_builds_the_bert_workload():
 
 @pytest.mark.parametrize(
     "kw, match",
-    [({"hidden": 100, "heads": 12}, "divisible by heads"),
-     ({"strategy": "zero3"}, "strategy must be one of"),
-     ({"precision": "fp8"}, "precision must be one of"),
-     ({"layers": 0}, "layers must be an integer"),
-     ({"mask_prob": 0.0}, "mask_prob")],
+    [
+        ({"hidden": 100, "heads": 12}, "divisible by heads"),
+        ({"strategy": "zero3"}, "strategy must be one of"),
+        ({"precision": "fp8"}, "precision must be one of"),
+        ({"layers": 0}, "layers must be an integer"),
+        ({"mask_prob": 0.0}, "mask_prob"),
+    ],
 )
 def test_bad_configurations_name_the_field(kw, match):
     with pytest.raises(ValueError, match=match):
@@ -89,16 +100,29 @@ def test_protocol_cli_rejects_bad_input_with_one_line(capsys):
 def test_study_design_and_cells():
     from jouleprof.cli.study_bert import build_cells, design_points
 
-    values = {"layers": (12, 2), "hidden": (768, 256), "heads": (12,), "seq": (128,),
-              "batch": (32, 8)}
+    values = {
+        "layers": (12, 2),
+        "hidden": (768, 256),
+        "heads": (12,),
+        "seq": (128,),
+        "batch": (32, 8),
+    }
     pts = design_points(values, "axes")
-    assert len(pts) == 4 and {"layers": 12, "hidden": 256, "heads": 4, "seq": 128,
-                              "batch": 32} in pts
+    assert (
+        len(pts) == 4 and {"layers": 12, "hidden": 256, "heads": 4, "seq": 128, "batch": 32} in pts
+    )
     assert len(design_points(values, "grid")) == 8
-    cells = build_cells(pts, strategy="ddp", gpus=2, precision="bf16", measure_s=6.0,
-                        timeout_s=60.0)
+    cells = build_cells(
+        pts, strategy="ddp", gpus=2, precision="bf16", measure_s=6.0, timeout_s=60.0
+    )
     assert cells[0].gpus == 2 and cells[0].cell_id.endswith("-ddp2")
     assert "{cell_dir}" in cells[0].argv and "jouleprof.workloads.bert_protocol" in cells[0].argv
     with pytest.raises(ValueError, match="divisible by 8"):
-        build_cells([{"layers": 2, "hidden": 768, "heads": 12, "seq": 8, "batch": 2}],
-                    strategy="tp", gpus=8, precision="bf16", measure_s=1.0, timeout_s=60.0)
+        build_cells(
+            [{"layers": 2, "hidden": 768, "heads": 12, "seq": 8, "batch": 2}],
+            strategy="tp",
+            gpus=8,
+            precision="bf16",
+            measure_s=1.0,
+            timeout_s=60.0,
+        )

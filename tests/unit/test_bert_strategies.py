@@ -12,8 +12,18 @@ import textwrap
 
 import pytest
 
-TINY = dict(layers=2, hidden=64, heads=4, seq=16, batch=2, precision="fp32", warmup_steps=1,
-            min_measure_s=0.0, min_steps=2, dropout=0.0)
+TINY = dict(
+    layers=2,
+    hidden=64,
+    heads=4,
+    seq=16,
+    batch=2,
+    precision="fp32",
+    warmup_steps=1,
+    min_measure_s=0.0,
+    min_steps=2,
+    dropout=0.0,
+)
 
 _SCRIPT = textwrap.dedent("""
     import json, sys
@@ -42,9 +52,18 @@ def strategies_job(tmp_path_factory):
     script = tmp / "job.py"
     script.write_text(_SCRIPT)
     out = tmp / "out"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-           "--master-port", str(29900 + os.getpid() % 90), str(script), str(out),
-           json.dumps(TINY)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "2",
+        "--master-port",
+        str(29900 + os.getpid() % 90),
+        str(script),
+        str(out),
+        json.dumps(TINY),
+    ]
     env = {**os.environ, "JOULEPROF_RANK_WAIT_S": "60", "OMP_NUM_THREADS": "1"}
     env.pop("CUDA_VISIBLE_DEVICES", None)
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=400)

@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
@@ -23,8 +22,16 @@ def _report(rank, wall, devices, status="complete"):
 
 def _dev(key, energy, assigned=True, util=100.0, device="gpu0"):
     lo, hi = (None, None) if energy is None else (energy - 1, energy + 1)
-    return {"device": device, "key": key, "energy_j": energy, "lo_j": lo, "hi_j": hi,
-            "assigned": assigned, "util_max_pct": util, "signal": "counter"}
+    return {
+        "device": device,
+        "key": key,
+        "energy_j": energy,
+        "lo_j": lo,
+        "hi_j": hi,
+        "assigned": assigned,
+        "util_max_pct": util,
+        "signal": "counter",
+    }
 
 
 def test_reduction_sums_boards_once_and_takes_the_slowest_rank():
@@ -65,8 +72,16 @@ def test_device_keys_follow_the_board_not_the_rank():
 def test_rank_context_from_the_environment():
     assert current({"WORLD_SIZE": "1", "RANK": "0"}) is None
     assert current({}) is None
-    ctx = current({"WORLD_SIZE": "4", "RANK": "3", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2",
-                   "MASTER_ADDR": "n1", "MASTER_PORT": "29500"})
+    ctx = current(
+        {
+            "WORLD_SIZE": "4",
+            "RANK": "3",
+            "LOCAL_RANK": "1",
+            "LOCAL_WORLD_SIZE": "2",
+            "MASTER_ADDR": "n1",
+            "MASTER_PORT": "29500",
+        }
+    )
     assert (ctx.rank, ctx.local_rank, ctx.world_size, ctx.job_id) == (3, 1, 4, "n1-29500")
     assert rank_gpu(ctx, 1, environ={}) == 0  # more ranks than boards: they share
     with pytest.raises(ValueError, match="LOCAL_RANK"):
@@ -106,8 +121,18 @@ def torchrun_job(tmp_path_factory):
     script = tmp / "job.py"
     script.write_text(_SCRIPT)
     out1, out2 = tmp / "job1", tmp / "job2"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-           "--master-port", str(29400 + os.getpid() % 500), str(script), str(out1), str(out2)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "2",
+        "--master-port",
+        str(29400 + os.getpid() % 500),
+        str(script),
+        str(out1),
+        str(out2),
+    ]
     e = {**os.environ, "JOULEPROF_RANK_WAIT_S": "60", "OMP_NUM_THREADS": "1"}
     e.pop("CUDA_VISIBLE_DEVICES", None)
     r = subprocess.run(cmd, env=e, capture_output=True, text=True, timeout=240)

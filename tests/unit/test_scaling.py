@@ -22,22 +22,46 @@ from jouleprof.predict.train_features import (
 from jouleprof.workloads.bert import BertTrainConfig
 
 SWEEP = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "bert_sweep"
-TRUE = TrainLaw(a0_s=0.004, a1_s=0.003, fmax_flop_s=6e14, h0=900.0, p=3.0, p0_w=120.0,
-                ef_j_per_flop=2e-12, eb_j_per_byte=3e-11)
+TRUE = TrainLaw(
+    a0_s=0.004,
+    a1_s=0.003,
+    fmax_flop_s=6e14,
+    h0=900.0,
+    p=3.0,
+    p0_w=120.0,
+    ef_j_per_flop=2e-12,
+    eb_j_per_byte=3e-11,
+)
 
 
 def _rows(law, seed=0):
     rng = np.random.default_rng(seed)
     rows = []
-    for L, H, S, B in [(2, 768, 128, 32), (6, 768, 128, 32), (12, 768, 128, 32), (24, 768, 128, 32),
-                       (12, 256, 128, 32), (12, 512, 128, 32), (12, 1024, 128, 32),
-                       (12, 768, 64, 32), (12, 768, 512, 32), (12, 768, 128, 8),
-                       (12, 768, 128, 128), (6, 512, 256, 16), (18, 1024, 512, 32),
-                       (4, 1024, 64, 64)]:
+    for L, H, S, B in [
+        (2, 768, 128, 32),
+        (6, 768, 128, 32),
+        (12, 768, 128, 32),
+        (24, 768, 128, 32),
+        (12, 256, 128, 32),
+        (12, 512, 128, 32),
+        (12, 1024, 128, 32),
+        (12, 768, 64, 32),
+        (12, 768, 512, 32),
+        (12, 768, 128, 8),
+        (12, 768, 128, 128),
+        (6, 512, 256, 16),
+        (18, 1024, 512, 32),
+        (4, 1024, 64, 64),
+    ]:
         cfg = BertTrainConfig(layers=L, hidden=H, heads=H // 64, seq=S, batch=B)
         f = train_features(cfg)
-        r = {"id": cfg.shape_key, "layers": L, "hidden": H, "train_flops": f["train_flops"],
-             "bytes_moved": f["bytes_moved"]}
+        r = {
+            "id": cfg.shape_key,
+            "layers": L,
+            "hidden": H,
+            "train_flops": f["train_flops"],
+            "bytes_moved": f["bytes_moved"],
+        }
         t, e = predict_rows(law, [r])
         r["s_per_step"] = float(t[0]) * (1 + rng.normal(0, 0.002))
         r["j_per_step"] = float(e[0]) * (1 + rng.normal(0, 0.002))
@@ -112,9 +136,34 @@ def test_accuracy_table_rebuilds_from_the_committed_sweep():
 
 
 def test_predict_train_cli_json():
-    cmd = [sys.executable, "-m", "jouleprof.cli.main", "predict", "train", "--workload", "bert",
-           "--layers", "24", "--hidden", "1024", "--heads", "16", "--seq", "512", "--batch", "32",
-           "--gpus", "2", "--strategy", "fsdp", "--precision", "bf16", "--gpu", "h200", "--json"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "jouleprof.cli.main",
+        "predict",
+        "train",
+        "--workload",
+        "bert",
+        "--layers",
+        "24",
+        "--hidden",
+        "1024",
+        "--heads",
+        "16",
+        "--seq",
+        "512",
+        "--batch",
+        "32",
+        "--gpus",
+        "2",
+        "--strategy",
+        "fsdp",
+        "--precision",
+        "bf16",
+        "--gpu",
+        "h200",
+        "--json",
+    ]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)

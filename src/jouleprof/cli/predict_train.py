@@ -36,28 +36,49 @@ def train_cmd(
     from jouleprof.workloads.bert import BertTrainConfig
 
     if strategy not in STRATEGIES:
-        raise typer.BadParameter(f"--strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
+        raise typer.BadParameter(
+            f"--strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}"
+        )
     if gpus < 1:
         raise typer.BadParameter(f"--gpus must be ≥ 1, got {gpus}")
     try:
-        cfg = BertTrainConfig(layers=layers, hidden=hidden, heads=heads, seq=seq, batch=batch,
-                              strategy=strategy, precision=precision)
+        cfg = BertTrainConfig(
+            layers=layers,
+            hidden=hidden,
+            heads=heads,
+            seq=seq,
+            batch=batch,
+            strategy=strategy,
+            precision=precision,
+        )
         law = get_law(workload, gpu, precision)
         res = predict_config(law, cfg, gpus=gpus, strategy=strategy)
     except ValueError as e:
         fail(str(e))
-    res.update(workload=workload, gpu=gpu, precision=precision, layers=layers, hidden=hidden,
-               heads=heads, seq=seq, batch=batch)
+    res.update(
+        workload=workload,
+        gpu=gpu,
+        precision=precision,
+        layers=layers,
+        hidden=hidden,
+        heads=heads,
+        seq=seq,
+        batch=batch,
+    )
     if json_out:
         typer.echo(json.dumps(res, indent=2))
         return
     from rich.console import Console
 
     c = Console()
-    c.print(f"[bold]{workload}[/] L{layers} H{hidden} A{heads} S{seq} B{batch} on {gpus}× {gpu} "
-            f"({strategy}, {precision}) — predicted")
-    c.print(f"  joules per step   {res['j_per_step']:.2f} J  "
-            f"[{res['j_per_step_lo']:.2f}, {res['j_per_step_hi']:.2f}]")
+    c.print(
+        f"[bold]{workload}[/] L{layers} H{hidden} A{heads} S{seq} B{batch} on {gpus}× {gpu} "
+        f"({strategy}, {precision}) — predicted"
+    )
+    c.print(
+        f"  joules per step   {res['j_per_step']:.2f} J  "
+        f"[{res['j_per_step_lo']:.2f}, {res['j_per_step_hi']:.2f}]"
+    )
     c.print(f"  joules per sample {res['j_per_sample']:.4f} J")
     c.print(f"  seconds per step  {res['s_per_step']:.4f} s")
     for n in res["notes"]:

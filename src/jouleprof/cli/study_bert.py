@@ -35,8 +35,10 @@ def design_points(values: dict[str, tuple[int, ...]], design: str) -> list[dict[
     """The configurations of a design (axes: a hidden size the base heads do not divide gets
     hidden/64 heads, BERT's head size)."""
     if design == "grid":
-        pts = [dict(zip(AXES, combo, strict=True)) for combo in
-               itertools.product(*(values[a] for a in AXES))]
+        pts = [
+            dict(zip(AXES, combo, strict=True))
+            for combo in itertools.product(*(values[a] for a in AXES))
+        ]
     elif design == "axes":
         base = {a: values[a][0] for a in AXES}
         pts = [dict(base)]
@@ -57,53 +59,76 @@ def design_points(values: dict[str, tuple[int, ...]], design: str) -> list[dict[
     return out
 
 
-def build_cells(points, *, strategy: str, gpus: int, precision: str, measure_s: float,
-                timeout_s: float) -> list[Any]:
+def build_cells(
+    points, *, strategy: str, gpus: int, precision: str, measure_s: float, timeout_s: float
+) -> list[Any]:
     """One matrix Cell per configuration; a bad configuration fails here, before any run."""
     from jouleprof.bench.matrix import Cell
     from jouleprof.workloads.bert import BertTrainConfig
 
     cells = []
     for p in points:
-        cfg = BertTrainConfig(**p, strategy=strategy, precision=precision,
-                              min_measure_s=measure_s)
+        cfg = BertTrainConfig(**p, strategy=strategy, precision=precision, min_measure_s=measure_s)
         if strategy == "tp" and (cfg.hidden % gpus or cfg.heads % gpus):
-            raise ValueError(f"{cfg.shape_key}: tensor parallelism over {gpus} GPUs needs "
-                             f"hidden and heads divisible by {gpus}")
+            raise ValueError(
+                f"{cfg.shape_key}: tensor parallelism over {gpus} GPUs needs "
+                f"hidden and heads divisible by {gpus}"
+            )
         argv = [sys.executable, "-m", "jouleprof.workloads.bert_protocol"]
         for k, v in cfg.to_json().items():
             argv += [f"--{k.replace('_', '-')}", str(v)]
         argv += ["--out", "{cell_dir}"]
         cid = cfg.shape_key + ("" if strategy == "none" else f"-{strategy}{gpus}")
-        cells.append(Cell(cid, tuple(argv), factors={**p, "strategy": strategy, "gpus": gpus,
-                                                      "precision": precision},
-                          timeout_s=timeout_s, gpus=gpus))
+        cells.append(
+            Cell(
+                cid,
+                tuple(argv),
+                factors={**p, "strategy": strategy, "gpus": gpus, "precision": precision},
+                timeout_s=timeout_s,
+                gpus=gpus,
+            )
+        )
     return cells
 
 
 def study_bert_cmd(
     layers: Annotated[str, typer.Option(help="Comma-separated layer counts L.")] = "12,2,6,24",
-    hidden: Annotated[str, typer.Option(help="Comma-separated hidden sizes H.")] = "768,256,512,1024",
+    hidden: Annotated[
+        str, typer.Option(help="Comma-separated hidden sizes H.")
+    ] = "768,256,512,1024",
     heads: Annotated[str, typer.Option(help="Comma-separated head counts A.")] = "12,4,8",
-    seq: Annotated[str, typer.Option(help="Comma-separated sequence lengths S.")] = "128,64,256,512",
-    batch: Annotated[str, typer.Option(help="Comma-separated per-GPU batch sizes B.")] = "32,8,16,64,128",
-    design: Annotated[str, typer.Option(help="axes (one at a time around the first values) or grid.")] = "axes",
+    seq: Annotated[
+        str, typer.Option(help="Comma-separated sequence lengths S.")
+    ] = "128,64,256,512",
+    batch: Annotated[
+        str, typer.Option(help="Comma-separated per-GPU batch sizes B.")
+    ] = "32,8,16,64,128",
+    design: Annotated[
+        str, typer.Option(help="axes (one at a time around the first values) or grid.")
+    ] = "axes",
     strategy: Annotated[str, typer.Option(help="none, ddp, fsdp or tp.")] = "none",
     gpus: Annotated[int, typer.Option(help="GPUs per cell (> 1: torchrun).")] = 1,
     precision: Annotated[str, typer.Option(help="bf16 or fp32.")] = "bf16",
     measure_s: Annotated[float, typer.Option(help="Measured seconds per cell.")] = 6.0,
     executor: Annotated[str, typer.Option(help="local or slurm.")] = "local",
     cell_timeout_s: Annotated[float, typer.Option(help="Kill a cell after this long.")] = 600.0,
-    time_budget_s: Annotated[float | None, typer.Option(help="Start no new cell after this long.")] = None,
+    time_budget_s: Annotated[
+        float | None, typer.Option(help="Start no new cell after this long.")
+    ] = None,
     retry_failed: Annotated[bool, typer.Option(help="Rerun cells recorded as failed.")] = False,
     dry_run: Annotated[bool, typer.Option(help="List the cells and stop.")] = False,
     out: Annotated[Path, typer.Option(help="Study directory (rerun to resume).")] = Path(
-        "jouleprof-runs/study-bert"),
+        "jouleprof-runs/study-bert"
+    ),
 ) -> None:
     """BERT masked-LM: layers × hidden × heads × seq × batch, one measured process per cell."""
-    values = {"layers": _ints(layers, "--layers"), "hidden": _ints(hidden, "--hidden"),
-              "heads": _ints(heads, "--heads"), "seq": _ints(seq, "--seq"),
-              "batch": _ints(batch, "--batch")}
+    values = {
+        "layers": _ints(layers, "--layers"),
+        "hidden": _ints(hidden, "--hidden"),
+        "heads": _ints(heads, "--heads"),
+        "seq": _ints(seq, "--seq"),
+        "batch": _ints(batch, "--batch"),
+    }
     if gpus < 1:
         raise typer.BadParameter(f"--gpus must be ≥ 1, got {gpus}")
     if gpus > 1 and strategy == "none":
@@ -115,8 +140,14 @@ def study_bert_cmd(
         if p not in keep:
             note(f"skipping H{p['hidden']} A{p['heads']}: hidden is not divisible by heads")
     try:
-        cells = build_cells(keep, strategy=strategy, gpus=gpus, precision=precision,
-                            measure_s=measure_s, timeout_s=cell_timeout_s)
+        cells = build_cells(
+            keep,
+            strategy=strategy,
+            gpus=gpus,
+            precision=precision,
+            measure_s=measure_s,
+            timeout_s=cell_timeout_s,
+        )
     except ValueError as e:
         fail(str(e))
     if not cells:
@@ -127,15 +158,30 @@ def study_bert_cmd(
         return
     from jouleprof.bench.matrix import run_matrix
 
-    spec = {"study": "bert", "design": design, **{k: list(v) for k, v in values.items()},
-            "strategy": strategy, "gpus": gpus, "precision": precision, "measure_s": measure_s}
+    spec = {
+        "study": "bert",
+        "design": design,
+        **{k: list(v) for k, v in values.items()},
+        "strategy": strategy,
+        "gpus": gpus,
+        "precision": precision,
+        "measure_s": measure_s,
+    }
     try:
-        res = run_matrix(out, spec, cells, executor=executor, retry_failed=retry_failed,
-                         time_budget_s=time_budget_s)
+        res = run_matrix(
+            out,
+            spec,
+            cells,
+            executor=executor,
+            retry_failed=retry_failed,
+            time_budget_s=time_budget_s,
+        )
     except ValueError as e:
         fail(str(e))
-    note(f"{len(res.done)} done, {len(res.failed)} failed, {len(res.skipped)} skipped; "
-         f"index: {res.index_path}")
+    note(
+        f"{len(res.done)} done, {len(res.failed)} failed, {len(res.skipped)} skipped; "
+        f"index: {res.index_path}"
+    )
 
 
 def register_study(study_app: typer.Typer) -> None:

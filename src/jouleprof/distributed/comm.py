@@ -7,7 +7,8 @@ spans.csv. They are seen two ways:
 
 - `CommRecorder.patch()`: wraps torch.distributed.all_reduce / all_gather_into_tensor /
   reduce_scatter_tensor / all_gather / reduce_scatter / all_gather_single /
-  reduce_scatter_single while active (FSDP2 and user code call these); an asynchronous call is timed from its issue to the host's `wait()`;
+  reduce_scatter_single while active (FSDP2 and user code call these); an asynchronous call
+  is timed from its issue to the host's `wait()`;
 - `CommRecorder.ddp_hook`: a DDP communication hook that all-reduces each gradient bucket and
   times it from the hook to the completion of its future.
 
@@ -28,8 +29,15 @@ from typing import Any
 
 COMM_SPANS_CSV = "comm_spans.csv"
 COMM_COLUMNS = ("kind", "t0_s", "t1_s", "bytes")
-_PATCHED = ("all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor", "all_gather",
-            "reduce_scatter", "all_gather_single", "reduce_scatter_single")
+_PATCHED = (
+    "all_reduce",
+    "all_gather_into_tensor",
+    "reduce_scatter_tensor",
+    "all_gather",
+    "reduce_scatter",
+    "all_gather_single",
+    "reduce_scatter_single",
+)
 
 
 def _kind(name: str) -> str:
@@ -165,8 +173,11 @@ class CommRecorder:
                 if s.t1_ns > t0:
                     busy += s.t1_ns - t0
                 end = s.t1_ns if end is None else max(end, s.t1_ns)
-            out[kind] = {"calls": len(ss), "bytes": float(sum(s.bytes for s in ss)),
-                         "time_s": busy / 1e9}
+            out[kind] = {
+                "calls": len(ss),
+                "bytes": float(sum(s.bytes for s in ss)),
+                "time_s": busy / 1e9,
+            }
         return out
 
     def write(self, path: Path, origin_ns: int) -> Path:
@@ -176,6 +187,12 @@ class CommRecorder:
             w = csv.writer(f)
             w.writerow(COMM_COLUMNS)
             for s in sorted(self.spans, key=lambda s: s.t0_ns):
-                w.writerow([s.kind, repr((s.t0_ns - origin_ns) / 1e9),
-                            repr((s.t1_ns - origin_ns) / 1e9), s.bytes])
+                w.writerow(
+                    [
+                        s.kind,
+                        repr((s.t0_ns - origin_ns) / 1e9),
+                        repr((s.t1_ns - origin_ns) / 1e9),
+                        s.bytes,
+                    ]
+                )
         return p

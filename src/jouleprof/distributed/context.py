@@ -67,7 +67,9 @@ def current(environ: Mapping[str, str] | None = None) -> RankContext | None:
         local_rank = int(env.get("LOCAL_RANK", env["RANK"]))
         local_world = int(env.get("LOCAL_WORLD_SIZE", str(world)))
     except ValueError as e:
-        raise ValueError(f"torchrun's RANK/LOCAL_RANK/LOCAL_WORLD_SIZE are not integers: {e}") from None
+        raise ValueError(
+            f"torchrun's RANK/LOCAL_RANK/LOCAL_WORLD_SIZE are not integers: {e}"
+        ) from None
     job = env.get("TORCHELASTIC_RUN_ID") or ""
     if not job or job == "none":
         job = f"{env.get('MASTER_ADDR', 'local')}-{env.get('MASTER_PORT', '0')}"
@@ -95,7 +97,9 @@ def visible_gpu_count(environ: Mapping[str, str] | None = None) -> int | None:
         return None
 
 
-def rank_gpu(ctx: RankContext, n_visible: int | None, environ: Mapping[str, str] | None = None) -> int:
+def rank_gpu(
+    ctx: RankContext, n_visible: int | None, environ: Mapping[str, str] | None = None
+) -> int:
     """The user-visible index of the GPU this rank computes on: its local rank, wrapped around
     the visible GPUs when there are fewer GPUs than ranks (ranks then share boards)."""
     env = os.environ if environ is None else environ

@@ -19,6 +19,7 @@ OUT is the same for every rank: given, or jouleprof-runs/<kind>-<job id> when no
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -26,7 +27,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from jouleprof.distributed.context import SIM_GPUS_ENV, RankContext, current, rank_gpu, visible_gpu_count
+from jouleprof.distributed.context import (
+    SIM_GPUS_ENV,
+    RankContext,
+    current,
+    rank_gpu,
+    visible_gpu_count,
+)
 
 RANK_REPORT = "rank_report.json"
 WAIT_ENV = "JOULEPROF_RANK_WAIT_S"
@@ -94,8 +101,9 @@ def rank_plan(out, path: Path, cfg) -> RankPlan | None:
         assigned, unassigned = (), ()
     gpus = () if simulated else assigned + unassigned
     rcfg = replace(cfg, gpus=gpus)
-    return RankPlan(ctx, combined, combined / "ranks" / f"rank{ctx.rank}", rcfg, assigned,
-                    unassigned, simulated)
+    return RankPlan(
+        ctx, combined, combined / "ranks" / f"rank{ctx.rank}", rcfg, assigned, unassigned, simulated
+    )
 
 
 def rank_report(plan: RankPlan, m) -> dict[str, Any]:
@@ -120,20 +128,32 @@ def rank_report(plan: RankPlan, m) -> dict[str, Any]:
             info["sim_index"] = rank_gpu(ctx, None)
         e = summ.get(f"{d}.energy_j")
         util = _util_max(m, d)
-        devices.append({
-            "device": d, "key": device_key(ctx.host, d, info, ctx.rank), "identity": info,
-            "assigned": i is None or i in plan.assigned,
-            "energy_j": e.value if e is not None else None,
-            "lo_j": e.lo if e is not None else None, "hi_j": e.hi if e is not None else None,
-            "signal": e.signal if e is not None else None,
-            "avg_power_w": _val(summ.get(f"{d}.avg_power_w")), "util_max_pct": util,
-        })
+        devices.append(
+            {
+                "device": d,
+                "key": device_key(ctx.host, d, info, ctx.rank),
+                "identity": info,
+                "assigned": i is None or i in plan.assigned,
+                "energy_j": e.value if e is not None else None,
+                "lo_j": e.lo if e is not None else None,
+                "hi_j": e.hi if e is not None else None,
+                "signal": e.signal if e is not None else None,
+                "avg_power_w": _val(summ.get(f"{d}.avg_power_w")),
+                "util_max_pct": util,
+            }
+        )
     wall = summ.get("wall_time_s")
     return {
-        "rank": ctx.rank, "local_rank": ctx.local_rank, "world_size": ctx.world_size,
-        "host": ctx.host, "job_id": ctx.job_id, "run_dir": str(plan.path),
-        "status": m.record.status.value, "wall_time_s": _val(wall),
-        "work_interval_s": m.record.extra.get("work_interval_s"), "devices": devices,
+        "rank": ctx.rank,
+        "local_rank": ctx.local_rank,
+        "world_size": ctx.world_size,
+        "host": ctx.host,
+        "job_id": ctx.job_id,
+        "run_dir": str(plan.path),
+        "status": m.record.status.value,
+        "wall_time_s": _val(wall),
+        "work_interval_s": m.record.extra.get("work_interval_s"),
+        "devices": devices,
     }
 
 
@@ -148,8 +168,11 @@ def write_combined(plan: RankPlan, rank0_record) -> Path:
     reports = _gather(plan.combined / "ranks", ctx.world_size, wait_s)
     red = reduce_reports(reports, ctx.world_size)
     rec = RunRecord(
-        run_id=f"{rank0_record.run_id}-job", kind=rank0_record.kind, config=rank0_record.config,
-        hardware=rank0_record.hardware, environment=rank0_record.environment,
+        run_id=f"{rank0_record.run_id}-job",
+        kind=rank0_record.kind,
+        config=rank0_record.config,
+        hardware=rank0_record.hardware,
+        environment=rank0_record.environment,
         git=rank0_record.git,
     )
     rec.extra["distributed"] = red
@@ -159,31 +182,45 @@ def write_combined(plan: RankPlan, rank0_record) -> Path:
     )
     statuses = {r.get("status") for r in reports}
     if red["missing_ranks"]:
-        rec.notes.append(f"ranks {red['missing_ranks']} left no report within {wait_s:g} s: "
-                         "the totals cover the others only")
+        rec.notes.append(
+            f"ranks {red['missing_ranks']} left no report within {wait_s:g} s: "
+            "the totals cover the others only"
+        )
     if red["shared_gpus"]:
         rec.notes.append(f"ranks shared GPUs {red['shared_gpus']}: each counted once")
     if red["gpus_idle"]:
         rec.notes.append(f"GPUs allocated but idle: {red['gpus_idle']}")
     s = rec.summary
     if red["wall_time_s"] is not None:
-        s["wall_time_s"] = Figure.measured(red["wall_time_s"], "s", signal="timer",
-                                           reason=f"slowest rank ({red['slowest_rank']})")
+        s["wall_time_s"] = Figure.measured(
+            red["wall_time_s"], "s", signal="timer", reason=f"slowest rank ({red['slowest_rank']})"
+        )
     if red["gpu_energy_j"] is not None:
         s["gpu_energy_j"] = Figure.measured(
-            red["gpu_energy_j"], "J", signal="+".join(sorted({g.get("signal") or "" for g in red["gpus"] if g["assigned"]})),
-            lo=red["gpu_energy_lo_j"], hi=red["gpu_energy_hi_j"],
+            red["gpu_energy_j"],
+            "J",
+            signal="+".join(sorted({g.get("signal") or "" for g in red["gpus"] if g["assigned"]})),
+            lo=red["gpu_energy_lo_j"],
+            hi=red["gpu_energy_hi_j"],
             reason=f"summed over {red['gpus_used']} physical GPU(s)",
         )
     else:
         s["gpu_energy_j"] = Figure.unavailable("J", red.get("gpu_energy_reason", "no GPU energy"))
-    s["idle_allocated_gpu_energy_j"] = Figure.measured(
-        red["idle_allocated_energy_j"] or 0.0, "J", signal="counter",
-        reason="GPUs allocated to the job on which no rank computed",
-    ) if red["idle_allocated_energy_j"] is not None else Figure.unavailable("J", "unreadable")
+    s["idle_allocated_gpu_energy_j"] = (
+        Figure.measured(
+            red["idle_allocated_energy_j"] or 0.0,
+            "J",
+            signal="counter",
+            reason="GPUs allocated to the job on which no rank computed",
+        )
+        if red["idle_allocated_energy_j"] is not None
+        else Figure.unavailable("J", "unreadable")
+    )
     for r in red["per_rank"]:
         if r["wall_time_s"] is not None:
-            s[f"rank{r['rank']}.wall_time_s"] = Figure.measured(r["wall_time_s"], "s", signal="timer")
+            s[f"rank{r['rank']}.wall_time_s"] = Figure.measured(
+                r["wall_time_s"], "s", signal="timer"
+            )
         if r["energy_j"] is not None:
             s[f"rank{r['rank']}.gpu_energy_j"] = Figure.measured(r["energy_j"], "J")
     ok = statuses == {"complete"} and not red["missing_ranks"]
@@ -203,10 +240,8 @@ def _gather(ranks_dir: Path, world: int, wait_s: float) -> list[dict[str, Any]]:
         time.sleep(0.1)
     out = []
     for p in have:
-        try:
+        with contextlib.suppress(OSError, json.JSONDecodeError):
             out.append(json.loads(p.read_text()))
-        except (OSError, json.JSONDecodeError):
-            pass
     return out
 
 

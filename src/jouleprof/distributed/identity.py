@@ -7,12 +7,14 @@ GPU is keyed by host and its simulated index.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Mapping, Sequence
 
 
-def nvml_identities(visible_indices: Sequence[int], environ: Mapping[str, str] | None = None
-                    ) -> dict[int, dict[str, object]]:
+def nvml_identities(
+    visible_indices: Sequence[int], environ: Mapping[str, str] | None = None
+) -> dict[int, dict[str, object]]:
     """User-visible index → {pci_bus_id, nvml_index, uuid} for these GPUs; an index NVML cannot
     resolve maps to {"error": why} (its figures are then kept per rank, unmerged)."""
     out: dict[int, dict[str, object]] = {}
@@ -40,10 +42,8 @@ def nvml_identities(visible_indices: Sequence[int], environ: Mapping[str, str] |
             except Exception as e:
                 out[i] = {"error": f"{type(e).__name__}: {e}"}
     finally:
-        try:
+        with contextlib.suppress(Exception):
             nv.nvmlShutdown()
-        except Exception:
-            pass
     return out
 
 

@@ -23,25 +23,48 @@ def reduce_reports(reports: Sequence[dict[str, Any]], world_size: int) -> dict[s
     boards: dict[str, dict[str, Any]] = {}
     for r in sorted(reports, key=lambda r: int(r["rank"])):
         wall = r.get("wall_time_s")
-        per_rank.append({
-            "rank": r["rank"], "host": r.get("host"), "status": r.get("status"),
-            "wall_time_s": wall, "run_dir": r.get("run_dir"),
-            "devices": [d["device"] for d in r.get("devices", [])],
-            "energy_j": _sum([d.get("energy_j") for d in r.get("devices", []) if d.get("assigned")]),
-        })
+        per_rank.append(
+            {
+                "rank": r["rank"],
+                "host": r.get("host"),
+                "status": r.get("status"),
+                "wall_time_s": wall,
+                "run_dir": r.get("run_dir"),
+                "devices": [d["device"] for d in r.get("devices", [])],
+                "energy_j": _sum(
+                    [d.get("energy_j") for d in r.get("devices", []) if d.get("assigned")]
+                ),
+            }
+        )
         for d in r.get("devices", []):
             key = d["key"]
-            b = boards.setdefault(key, {"key": key, "device": d["device"], "ranks": [],
-                                        "measured_by": None, "energy_j": None, "assigned": False,
-                                        "_wall": -1.0})
+            b = boards.setdefault(
+                key,
+                {
+                    "key": key,
+                    "device": d["device"],
+                    "ranks": [],
+                    "measured_by": None,
+                    "energy_j": None,
+                    "assigned": False,
+                    "_wall": -1.0,
+                },
+            )
             if d.get("assigned"):
                 b["ranks"].append(r["rank"])
                 b["assigned"] = True
             w = wall if wall is not None else 0.0
             if d.get("energy_j") is not None and w > b["_wall"]:
-                b.update(measured_by=r["rank"], energy_j=d["energy_j"], lo_j=d.get("lo_j"),
-                         hi_j=d.get("hi_j"), signal=d.get("signal"), _wall=w,
-                         util_max_pct=d.get("util_max_pct"), avg_power_w=d.get("avg_power_w"))
+                b.update(
+                    measured_by=r["rank"],
+                    energy_j=d["energy_j"],
+                    lo_j=d.get("lo_j"),
+                    hi_j=d.get("hi_j"),
+                    signal=d.get("signal"),
+                    _wall=w,
+                    util_max_pct=d.get("util_max_pct"),
+                    avg_power_w=d.get("avg_power_w"),
+                )
     gpus = []
     for b in boards.values():
         b.pop("_wall")
@@ -50,7 +73,9 @@ def reduce_reports(reports: Sequence[dict[str, Any]], world_size: int) -> dict[s
             b["idle"], b["idle_reason"] = True, "allocated to the job, but no rank computes on it"
         elif util is not None and util < IDLE_UTIL_PCT:
             b["idle"] = True
-            b["idle_reason"] = f"a rank was placed on it, but utilization stayed below {IDLE_UTIL_PCT:g} %"
+            b["idle_reason"] = (
+                f"a rank was placed on it, but utilization stayed below {IDLE_UTIL_PCT:g} %"
+            )
         else:
             b["idle"], b["idle_reason"] = False, None
         b["shared_by_ranks"] = len(b["ranks"]) > 1
@@ -77,7 +102,8 @@ def reduce_reports(reports: Sequence[dict[str, Any]], world_size: int) -> dict[s
     if any(g["energy_j"] is None for g in used):
         out["gpu_energy_j"] = None
         out["gpu_energy_reason"] = "some used GPU's energy is unavailable: " + ", ".join(
-            g["key"] for g in used if g["energy_j"] is None)
+            g["key"] for g in used if g["energy_j"] is None
+        )
     return out
 
 

@@ -86,7 +86,11 @@ def predict_time_s(law: TrainLaw, L, H, F) -> np.ndarray:
 
 
 def predict_energy_j(law: TrainLaw, t_s, F, M) -> np.ndarray:
-    return law.p0_w * np.asarray(t_s) + law.ef_j_per_flop * np.asarray(F) + law.eb_j_per_byte * np.asarray(M)
+    return (
+        law.p0_w * np.asarray(t_s)
+        + law.ef_j_per_flop * np.asarray(F)
+        + law.eb_j_per_byte * np.asarray(M)
+    )
 
 
 def _fit_time(L, H, F, t) -> np.ndarray:
@@ -132,9 +136,16 @@ def fit(rows: Sequence[Mapping[str, float]], loo: bool = True) -> TrainLaw:
             errs.append(abs(ei / E[i] - 1.0))
         q90 = float(np.quantile(errs, 0.9))
     return TrainLaw(
-        a0_s=float(th[0]), a1_s=float(th[1]), fmax_flop_s=float(math.exp(th[2])), h0=float(th[3]),
-        p=float(th[4]), p0_w=float(ce[0]), ef_j_per_flop=float(ce[1]), eb_j_per_byte=float(ce[2]),
-        rel_err_q90=q90, fitted_on=[str(r.get("id", i)) for i, r in enumerate(rows)],
+        a0_s=float(th[0]),
+        a1_s=float(th[1]),
+        fmax_flop_s=float(math.exp(th[2])),
+        h0=float(th[3]),
+        p=float(th[4]),
+        p0_w=float(ce[0]),
+        ef_j_per_flop=float(ce[1]),
+        eb_j_per_byte=float(ce[2]),
+        rel_err_q90=q90,
+        fitted_on=[str(r.get("id", i)) for i, r in enumerate(rows)],
     )
 
 
@@ -142,11 +153,19 @@ def _arrays(rows):
     def col(k):
         return np.array([float(r[k]) for r in rows])
 
-    return (col("layers"), col("hidden"), col("train_flops"), col("bytes_moved"),
-            col("s_per_step"), col("j_per_step"))
+    return (
+        col("layers"),
+        col("hidden"),
+        col("train_flops"),
+        col("bytes_moved"),
+        col("s_per_step"),
+        col("j_per_step"),
+    )
 
 
-def predict_rows(law: TrainLaw, rows: Sequence[Mapping[str, float]]) -> tuple[np.ndarray, np.ndarray]:
+def predict_rows(
+    law: TrainLaw, rows: Sequence[Mapping[str, float]]
+) -> tuple[np.ndarray, np.ndarray]:
     """(seconds, joules) per step for rows holding layers, hidden, train_flops, bytes_moved."""
     L = np.array([float(r["layers"]) for r in rows])
     H = np.array([float(r["hidden"]) for r in rows])
@@ -162,12 +181,11 @@ def predict_config(law: TrainLaw, cfg, gpus: int = 1, strategy: str = "none") ->
 
     if gpus > 1 and strategy == "none":
         raise ValueError("gpus > 1 needs a strategy: ddp, fsdp or tp")
-    if strategy == "tp":
-        if cfg.hidden % gpus or cfg.heads % gpus:
-            raise ValueError(
-                f"tensor parallelism over {gpus} GPUs needs hidden ({cfg.hidden}) and heads "
-                f"({cfg.heads}) divisible by {gpus}"
-            )
+    if strategy == "tp" and (cfg.hidden % gpus or cfg.heads % gpus):
+        raise ValueError(
+            f"tensor parallelism over {gpus} GPUs needs hidden ({cfg.hidden}) and heads "
+            f"({cfg.heads}) divisible by {gpus}"
+        )
     f = train_features(cfg, gpus=gpus, strategy=strategy)
     share = 1.0 / gpus if strategy == "tp" else 1.0
     F, M = f["train_flops"] * share, f["bytes_moved"] * share
@@ -179,23 +197,28 @@ def predict_config(law: TrainLaw, cfg, gpus: int = 1, strategy: str = "none") ->
     half = law.rel_err_q90
     lo, hi = e * (1 - half), e * (1 + half)
     notes = []
-    if gpus > 1:
-        if law.eta is None:
-            # η ∈ [ETA_LO, 1]: time up to 1/ETA_LO longer, static energy with it
-            e_slow = gpus * float(predict_energy_j(law, [t1 / ETA_LO], [F], [M])[0]) + (
-                law.eb_j_per_byte * f["comm_bytes"] * gpus
-            )
-            hi = max(hi, e_slow * (1 + half))
-            lo = e * (1 - half)
-            notes.append(
-                f"rests on an unfitted efficiency factor (η = 1 assumed; interval covers "
-                f"η ∈ [{ETA_LO}, 1]): no multi-GPU data has been fitted"
-            )
+    if gpus > 1 and law.eta is None:
+        # η ∈ [ETA_LO, 1]: time up to 1/ETA_LO longer, static energy with it
+        e_slow = gpus * float(predict_energy_j(law, [t1 / ETA_LO], [F], [M])[0]) + (
+            law.eb_j_per_byte * f["comm_bytes"] * gpus
+        )
+        hi = max(hi, e_slow * (1 + half))
+        lo = e * (1 - half)
+        notes.append(
+            f"rests on an unfitted efficiency factor (η = 1 assumed; interval covers "
+            f"η ∈ [{ETA_LO}, 1]): no multi-GPU data has been fitted"
+        )
     samples = cfg.batch * (1 if strategy == "tp" else gpus)
     return {
-        "j_per_step": e, "j_per_sample": e / samples, "s_per_step": t,
-        "j_per_step_lo": lo, "j_per_step_hi": hi,
+        "j_per_step": e,
+        "j_per_sample": e / samples,
+        "s_per_step": t,
+        "j_per_step_lo": lo,
+        "j_per_step_hi": hi,
         "s_per_step_hi": t1 / ETA_LO if gpus > 1 and law.eta is None else t * (1 + half),
-        "gpus": gpus, "strategy": strategy, "train_flops_per_step": f["train_flops"],
-        "source": "predicted", "notes": notes,
+        "gpus": gpus,
+        "strategy": strategy,
+        "train_flops_per_step": f["train_flops"],
+        "source": "predicted",
+        "notes": notes,
     }

@@ -76,8 +76,9 @@ def _traced(key: tuple) -> dict[str, float]:
     from jouleprof.workloads.bert import BertTrainConfig, hf_config
 
     layers, hidden, heads, seq, batch, precision = key
-    cfg = BertTrainConfig(layers=layers, hidden=hidden, heads=heads, seq=seq, batch=batch,
-                          precision=precision)
+    cfg = BertTrainConfig(
+        layers=layers, hidden=hidden, heads=heads, seq=seq, batch=batch, precision=precision
+    )
 
     class _Bytes(TorchDispatchMode):
         def __init__(self) -> None:
@@ -132,29 +133,43 @@ def comm_bytes(params: int, gpus: int, strategy: str, cfg=None) -> dict[str, flo
     f = (gpus - 1) / gpus
     grads = params * FP32
     if strategy == "ddp":
-        return {"allreduce_bytes": 2 * f * grads, "allgather_bytes": 0.0, "reducescatter_bytes": 0.0}
+        return {
+            "allreduce_bytes": 2 * f * grads,
+            "allgather_bytes": 0.0,
+            "reducescatter_bytes": 0.0,
+        }
     if strategy == "fsdp":
         # parameters gathered for forward and again for backward; gradients reduce-scattered
-        return {"allreduce_bytes": 0.0, "allgather_bytes": 2 * f * grads,
-                "reducescatter_bytes": f * grads}
+        return {
+            "allreduce_bytes": 0.0,
+            "allgather_bytes": 2 * f * grads,
+            "reducescatter_bytes": f * grads,
+        }
     if strategy == "tp":
         if cfg is None:
             raise ValueError("tp communication depends on the activations: pass cfg")
         act = cfg.batch * cfg.seq * cfg.hidden * (BF16 if cfg.precision == "bf16" else FP32)
         # two all-reduces of the activations per layer forward, two backward
-        return {"allreduce_bytes": 4 * cfg.layers * 2 * f * act, "allgather_bytes": 0.0,
-                "reducescatter_bytes": 0.0}
+        return {
+            "allreduce_bytes": 4 * cfg.layers * 2 * f * act,
+            "allgather_bytes": 0.0,
+            "reducescatter_bytes": 0.0,
+        }
     raise ValueError(f"strategy must be none, ddp, fsdp or tp, got {strategy!r}")
 
 
-def train_features(cfg, gpus: int = 1, strategy: str = "none", trace: bool = False) -> dict[str, Any]:
+def train_features(
+    cfg, gpus: int = 1, strategy: str = "none", trace: bool = False
+) -> dict[str, Any]:
     """All proxies of one configuration on `gpus` GPUs (per GPU unless named _total)."""
     if gpus < 1:
         raise ValueError(f"gpus must be ≥ 1, got {gpus}")
     a = analytic_counts(cfg)
     feats: dict[str, Any] = dict(a)
     feats["bytes_moved"] = (
-        3 * a["param_bytes"] + 2 * a["grad_bytes"] + a["optimizer_traffic_bytes"]
+        3 * a["param_bytes"]
+        + 2 * a["grad_bytes"]
+        + a["optimizer_traffic_bytes"]
         + 2 * a["activation_bytes"]
     )
     feats["arith_intensity_flop_per_byte"] = a["train_flops"] / feats["bytes_moved"]

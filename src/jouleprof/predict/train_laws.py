@@ -23,7 +23,7 @@ LAWS: dict[tuple[str, str, str], dict] = {
         "ef_j_per_flop": 1.874979529324521e-12,
         "eb_j_per_byte": 6.450286279644559e-11,
         "rel_err_q90": 0.1501626380750788,
-        "eta": None
+        "eta": None,
     },
 }
 

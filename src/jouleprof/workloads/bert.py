@@ -268,7 +268,11 @@ class BertSession:
             self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)
 
-        return {"forward": fwd, "forward+backward": fwd_bwd, "forward+backward+optimizer": fwd_bwd_opt}
+        return {
+            "forward": fwd,
+            "forward+backward": fwd_bwd,
+            "forward+backward+optimizer": fwd_bwd_opt,
+        }
 
     def facts(self) -> dict[str, Any]:
         from jouleprof.predict.train_features import analytic_counts

@@ -93,8 +93,12 @@ def run_protocol(
         agree = strat.agreement(group)
         comm = CommRecorder()
         try:
-            session = BertSession(cfg, device, wrap=strat.wrapper(cfg, group, device),
-                                  data_seed=strat.data_seed(cfg, group))
+            session = BertSession(
+                cfg,
+                device,
+                wrap=strat.wrapper(cfg, group, device),
+                data_seed=strat.data_seed(cfg, group),
+            )
             comm.attach(session.model)
             for _ in range(cfg.warmup_steps):
                 session.step(sync=True)
@@ -108,8 +112,14 @@ def run_protocol(
             raise
         gpus = (device.index,) if device.type == "cuda" else ()
         mcfg = MeasureConfig(
-            gpus=gpus, idle_s=0.0, kind="bert", interval_s=0.02, counter_interval_s=0.1,
-            rapl=False, simulate_gpu_w=simulate_gpu_w, **(measure_overrides or {}),
+            gpus=gpus,
+            idle_s=0.0,
+            kind="bert",
+            interval_s=0.02,
+            counter_interval_s=0.1,
+            rapl=False,
+            simulate_gpu_w=simulate_gpu_w,
+            **(measure_overrides or {}),
         )
         strat.barrier(group)
         oom = None
@@ -162,10 +172,13 @@ def run_protocol(
         )
         s["train_flops_per_step"] = Figure.estimated(
             facts["train_flops_per_step"] * (1 if cfg.strategy == "tp" else world),
-            "FLOP", reason="analytic count (predict.train_features)",
+            "FLOP",
+            reason="analytic count (predict.train_features)",
         )
         rec.extra["bert"] = {
-            **facts, "step_times_s": [round(t, 6) for t in times], "world_size": world,
+            **facts,
+            "step_times_s": [round(t, 6) for t in times],
+            "world_size": world,
             "device": str(device),
         }
         rd.write_record(rec)
@@ -174,12 +187,23 @@ def run_protocol(
         strat.destroy(group)
 
 
-_FIGURES = ("steps", "s_per_step", "energy_j", "j_per_step", "j_per_sample", "avg_power_w",
-            "peak_mem_allocated_bytes", "samples", "wall_time_s", "train_flops_per_step")
+_FIGURES = (
+    "steps",
+    "s_per_step",
+    "energy_j",
+    "j_per_step",
+    "j_per_sample",
+    "avg_power_w",
+    "peak_mem_allocated_bytes",
+    "samples",
+    "wall_time_s",
+    "train_flops_per_step",
+)
 
 
-def _write_oom(out: Path, cfg: BertTrainConfig, ctx, exc: BaseException,
-               rundir_exists: bool = False) -> dict[str, Any]:
+def _write_oom(
+    out: Path, cfg: BertTrainConfig, ctx, exc: BaseException, rundir_exists: bool = False
+) -> dict[str, Any]:
     """An out-of-memory result: run.json status failed, extra.oom true."""
     from jouleprof.store.rundir import RunDir, new_run_id
     from jouleprof.types import RunRecord, RunStatus
@@ -200,13 +224,19 @@ def _write_oom(out: Path, cfg: BertTrainConfig, ctx, exc: BaseException,
 
 
 def parse_args(argv: list[str] | None) -> tuple[BertTrainConfig, argparse.Namespace]:
-    p = argparse.ArgumentParser(prog="python -m jouleprof.workloads.bert_protocol",
-                                description="One BERT masked-LM configuration, measured.")
+    p = argparse.ArgumentParser(
+        prog="python -m jouleprof.workloads.bert_protocol",
+        description="One BERT masked-LM configuration, measured.",
+    )
     for f in fields(BertTrainConfig):
         p.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default)
     p.add_argument("--out", required=True, help="run directory to write")
-    p.add_argument("--simulate-gpu-w", type=float, default=None,
-                   help="testing aid: also measure a simulated GPU drawing this power")
+    p.add_argument(
+        "--simulate-gpu-w",
+        type=float,
+        default=None,
+        help="testing aid: also measure a simulated GPU drawing this power",
+    )
     a = p.parse_args(argv)
     kw = {f.name: getattr(a, f.name) for f in fields(BertTrainConfig)}
     return BertTrainConfig(**kw), a

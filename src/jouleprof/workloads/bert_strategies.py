@@ -8,6 +8,7 @@ wrapper's own cost on one GPU is then measurable).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from collections.abc import Callable
@@ -98,10 +99,13 @@ def check_ranks_agree(cfg, group: Group | None) -> None:
     dist.all_gather_object(allc, mine)
     diff = sorted({k for c in allc for k in mine if c.get(k) != mine.get(k)})
     if diff:
-        detail = "; ".join(f"{k}: " + ", ".join(f"rank {r}={c.get(k)!r}" for r, c in enumerate(allc))
-                           for k in diff)
-        raise ConfigError(f"ranks disagree on the configuration ({detail}): launch every rank "
-                          "with the same arguments")
+        detail = "; ".join(
+            f"{k}: " + ", ".join(f"rank {r}={c.get(k)!r}" for r, c in enumerate(allc)) for k in diff
+        )
+        raise ConfigError(
+            f"ranks disagree on the configuration ({detail}): launch every rank "
+            "with the same arguments"
+        )
 
 
 def agreement(group: Group | None) -> Callable[[float, str], float]:
@@ -188,7 +192,5 @@ def destroy(group: Group | None) -> None:
     if dist.is_initialized():
         dist.destroy_process_group()
     if group.store_file:
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(group.store_file)
-        except OSError:
-            pass
