@@ -28,7 +28,9 @@ def test_workload_steps_replays_and_counts(name):
     for fn in s.replays().values():
         fn()
     facts = s.facts()
-    assert facts["parameters"]["total"] > 0 and facts["flops_per_sample"] > 0
+    assert (
+        facts["parameters"]["total"] > 0 and facts["flops_per_sample"]["forward_backward_flops"] > 0
+    )
     s.close()
 
 

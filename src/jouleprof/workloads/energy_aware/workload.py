@@ -236,7 +236,10 @@ class EnergyAwareSession:
             with FlopCounterMode(display=False) as fc:
                 self._loss(x, y).backward()
             self.opt.zero_grad(set_to_none=True)
-            flops = fc.get_total_flops() / len(x)
+            flops = {
+                "forward_backward_flops": fc.get_total_flops() / len(x),
+                "method": "torch.utils.flop_counter.FlopCounterMode",
+            }
         except Exception as e:  # a count we cannot make is said, not guessed
             flops = {"value": None, "reason": f"{type(e).__name__}: {e}"}
         return {
