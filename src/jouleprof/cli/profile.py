@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from jouleprof.cli.console import err_console, fail, note, summary_table
+from jouleprof.cli.console import err_console, fail, note, summary_table, working
 
 
 def profile_cmd(
@@ -172,8 +172,12 @@ def profile_cmd(
     path = out or Path(DEFAULT_RUNS_DIR) / new_run_id(f"profile-{workload}")
     if path.exists() and not path.is_dir():
         fail(f"--out {path} is a file, not a directory: choose another path")
+    length = f"{steps} steps" if steps is not None else f"{duration_s:g} s"
     try:
-        run_cell(cfg, path)
+        with working(
+            f"training {workload} ({preset}, {mode} mode, {length} measured) into {path}…"
+        ):
+            run_cell(cfg, path)
     except (JouleprofError, ValueError) as e:
         fail(str(e))
     except KeyboardInterrupt:
@@ -234,10 +238,7 @@ def _simulate_if_unmeasured(path: Path, rec, forced: bool) -> None:
     gpu = rec.summary.get("gpu_energy_j")
     why = (gpu.reason if gpu is not None else None) or "no NVIDIA GPU was measured"
     try:
-        with err_console.status(
-            "no NVIDIA GPU measured: driving the simulated GPU with the recorded phases and "
-            "attributing its energy…"
-        ):
+        with working("no NVIDIA GPU measured: attributing a simulated GPU's energy…"):
             simulate_run(path, why)
     except JouleprofError as e:
         note(f"simulated GPU not run: {e}")
