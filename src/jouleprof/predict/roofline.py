@@ -50,7 +50,7 @@ class GpuSpec:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
 
 
-def _from_dict(d: dict, where: str, validated_default: bool) -> GpuSpec:
+def _from_dict(d: dict, where: str, shipped: bool) -> GpuSpec:
     try:
         return GpuSpec(
             name=str(d["name"]),
@@ -62,7 +62,8 @@ def _from_dict(d: dict, where: str, validated_default: bool) -> GpuSpec:
             full_load_w=d.get("full_load_w"),
             power_limit_w=d.get("power_limit_w"),
             source=str(d.get("source", where)),
-            validated=bool(d.get("validated", validated_default)),
+            # only a shipped file can say it is the GPU the predictor was validated on
+            validated=bool(d.get("validated", False)) and shipped,
         )
     except KeyError as e:
         raise ValueError(f"GPU file {where} lacks the field {e.args[0]!r}") from e
@@ -83,7 +84,7 @@ def load_gpu(name_or_path: str) -> GpuSpec:
                 f"GPU file {name_or_path!r} does not exist (make one: jouleprof calibrate)"
             )
         # a user's own file is never the one the predictor was validated on
-        return _from_dict(json.loads(p.read_text()), str(p), validated_default=False)
+        return _from_dict(json.loads(p.read_text()), str(p), shipped=False)
     names = shipped_gpus()
     if name_or_path.lower() not in names:
         raise ValueError(
@@ -91,7 +92,7 @@ def load_gpu(name_or_path: str) -> GpuSpec:
             "for another GPU give a file from `jouleprof calibrate --out FILE.json`"
         )
     f = resources.files("jouleprof.predict") / "gpus" / f"{name_or_path.lower()}.json"
-    return _from_dict(json.loads(f.read_text()), f"gpus/{f.name}", validated_default=True)
+    return _from_dict(json.loads(f.read_text()), f"gpus/{f.name}", shipped=True)
 
 
 def op_peak_flops_s(op: OpRecord, gpu: GpuSpec) -> float:

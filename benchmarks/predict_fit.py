@@ -1,0 +1,98 @@
+"""Assemble the inference dataset, validate the predictor family by family, ship it.
+
+    PYTHONPATH=src python3 benchmarks/predict_fit.py --raw benchmarks/results/predict_dataset/raw \
+        --features /tmp/feat --out benchmarks/results/predict_dataset [--ship]
+
+1. models_energy.csv (every window's counter energy, rebuilt from the raw run), layers.csv,
+   power.json and ops.parquet (the traces at batch 1 and 2 of every measured configuration,
+   from benchmarks/predict_features.py) go to --out;
+2. leave-family-out predictions of the layer-wise predictor and the baselines ->
+   predictions.csv, metrics.csv, metrics.md;
+3. --ship: the predictor fitted on every family, carrying the held-out error quantiles, is
+   written to src/jouleprof/predict/models/layerwise_h200.pkl.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def assemble(raw: Path, features: Path, out: Path) -> None:
+    import pandas as pd
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from predict_energy import window_table
+    from predict_features import safe
+
+    table = window_table(raw)  # writes raw/power.json
+    table.to_csv(out / "models_energy.csv", index=False)
+    shutil.copy(raw / "layers.csv", out / "layers.csv")
+    shutil.copy(raw / "power.json", out / "power.json")
+    parts = []
+    for spec, prec in table[["spec", "precision"]].drop_duplicates().itertuples(index=False):
+        for b in (1, 2):
+            p = features / "ops" / f"{safe(spec)}__{prec}__b{b}.parquet"
+            if p.exists():
+                parts.append(pd.read_parquet(p))
+            else:
+                print(f"missing features: {p.name}", file=sys.stderr)
+    pd.concat(parts, ignore_index=True).to_parquet(out / "ops.parquet", index=False)
+
+
+def markdown(table) -> str:
+    cols = ["method", "precision", "batch", "n", "mape_median_pct", "ape_p90_pct",
+            "within_10_pct", "spearman"]  # fmt: skip
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for r in table[cols].itertuples(index=False):
+        cells = [f"{v:.2f}" if isinstance(v, float) else str(v) for v in r]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--raw", type=Path, required=True)
+    ap.add_argument("--features", type=Path, default=None, help="predict_features.py output")
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--ship", action="store_true")
+    args = ap.parse_args(argv)
+
+    from jouleprof.predict.dataset import load_dataset
+    from jouleprof.predict.evaluate import leave_family_out, metrics_table, train_shipped
+    from jouleprof.predict.roofline import load_gpu
+    from jouleprof.predict.shipped import save_predictor
+
+    if args.features is not None:
+        assemble(args.raw, args.features, args.out)
+    ds = load_dataset(args.out)
+    gpu = load_gpu("h200")
+    preds = leave_family_out(ds, gpu, progress=lambda f: print(f"holding out {f}", flush=True))
+    preds.to_csv(args.out / "predictions.csv", index=False)
+    table = metrics_table(preds)
+    table.to_csv(args.out / "metrics.csv", index=False)
+    (args.out / "metrics.md").write_text(markdown(table))
+    print(markdown(table))
+    if args.ship:
+        pred = train_shipped(ds, gpu, preds)
+        pred.info.update(
+            {
+                "dataset": "benchmarks/results/predict_dataset",
+                "gpu": gpu.name,
+                "commit": json.loads((args.raw / "stage_meta.json").read_text()).get("commit")
+                if (args.raw / "stage_meta.json").exists()
+                else None,
+            }  # fmt: skip
+        )
+        p = save_predictor(pred, ROOT / "src/jouleprof/predict/models/layerwise_h200.pkl")
+        print(f"shipped {p} ({p.stat().st_size / 1e3:.0f} kB): {pred.info}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
