@@ -341,6 +341,17 @@ def build_run_report(run_dir: Path) -> Report:
     )
     banner = A.simulated_banner(rec)
     notes = [n for n in T.run_notes(rec) if not reasons.covers(n) and not (banner and n == banner)]
+    telemetry = "simulated" if banner or _sim_samples(samples) else "measured"
+    plot_sources = {
+        "timeline": telemetry,
+        "timeline_zoom": telemetry,
+        "phase_energy": src,
+        "phase_time": "measured (phase recorder)",
+        "step_times": "measured (host timer)",
+    }
+    for p in plots:
+        if p.path is not None and p.name in plot_sources:
+            p.caption = f"Source: {plot_sources[p.name]}. {p.caption}".strip()
     report = Report("run", run_dir, plots=plots, tables=tables, notes=notes)
     by_name = {t.name: t for t in tables}
     report.html = render(
@@ -367,6 +378,13 @@ def build_run_report(run_dir: Path) -> Report:
         plots={p.name: p for p in plots},
     )
     return report
+
+
+def _sim_samples(samples: Any) -> bool:
+    """Whether the sensor readings are the simulated GPU's (device sim*)."""
+    if samples is None or not len(samples) or "device" not in samples.columns:
+        return False
+    return bool(samples["device"].astype(str).str.startswith("sim").any())
 
 
 def _attribution_reason(rec: Any) -> str:
