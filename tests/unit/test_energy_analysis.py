@@ -109,3 +109,26 @@ def test_ratio_of_means_and_spearman_match_direct_computation():
     s = spearman([1, 2, 3, 4], [10, 30, 20, 40])
     assert s["rho"] == pytest.approx(0.8) and s["n"] == 4
     assert spearman([1, 1, 1], [1, 2, 3])["rho"] is None
+
+
+def test_sparse_probe_statement_finds_where_the_sparse_kernel_wins(tmp_path):
+    out = make_study(tmp_path, 0.0)
+    rows = [
+        {"sparsity": s, "dense_s": 1e-3, "sparse_s": t, "dense_j": 0.1 * f, "sparse_j": j}
+        for s, t, f, j in ((0.0, 9e-3, 1.0, 0.9), (0.5, 4e-3, 1.02, 0.4), (0.95, 5e-4, 0.97, 0.05))
+    ]
+    (out / "sparse_probe.json").write_text(
+        json.dumps({"shape": {"m": 8, "k": 4, "n": 2}, "rows": rows})
+    )
+    res = analyze_study(out, plots=False)
+    s = res.sparse_statement
+    assert "8×4 activations times a 4×2 weight" in s
+    assert "the dense kernel took 1–1 ms" in s and "-3.0 to +2.0 %" in s
+    assert "slower at 0%, 50% zeros and faster at 95%" in s
+    # the sparsest accuracy-keeping cells (90 % zeros at λ = 1e-2) lie between the sparsities
+    # where CSR lost (≤ 50 %) and won (95 %): nothing is claimed about them
+    assert "a/d1 at λ = 0.01, 90% zeros." in s and "below the sparsity" not in s
+    rows[1]["sparsity"] = 0.92  # now CSR loses at 92 %, above the cells' 90 %
+    (out / "sparse_probe.json").write_text(json.dumps({"shape": {}, "rows": rows}))
+    s = analyze_study(out, plots=False).sparse_statement
+    assert "90% zeros, below the sparsity at which the CSR kernel stops losing" in s
