@@ -39,8 +39,8 @@ def _trainer_config(preset: str, batch_size: int | None, overrides: dict):
     for key, value in overrides.items():
         key = _ALIASES.get(key, key)
         if key in ("compile", "grad_accum_steps"):
-            if value in (None, False, 0, 1):
-                continue
+            if value is None or value is False or (key == "grad_accum_steps" and value == 1):
+                continue  # the default: nothing asked
             raise ValueError(f"{key} is not supported by the video workload")
         if key not in valid:
             raise ValueError(
