@@ -18,6 +18,7 @@ from jouleprof.types import Figure, RunRecord
 HEADLINE: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("GPU energy of the measured segment", ("segment_gpu_energy_j",)),
     ("GPU energy of the whole run", ("gpu_energy_j",)),
+    ("GPU energy of the recorded phases (SIMULATED GPU)", ("simulated_gpu_phase_energy_j",)),
     ("Energy per sample", ("energy_per_sample_j",)),
     ("Energy per 1,000 samples", ("energy_per_1000_samples_kwh",)),
     ("Mean GPU power", ("segment_gpu_power_w", "gpu0.avg_power_w")),
