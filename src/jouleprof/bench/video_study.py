@@ -200,9 +200,10 @@ def lr_cells(cfg: VideoStudyConfig) -> list:
             epochs=cfg.epochs,
             seed=cfg.seed,
         )
-        for m in cfg.models
+        # Models innermost: a study cut short by its budget has covered every model alike.
         for meth in cfg.methods
         for lr in cfg.lrs[meth]
+        for m in cfg.models
     ]
 
 
@@ -243,11 +244,13 @@ def ablation_cells(cfg: VideoStudyConfig, lrs: dict[tuple[str, str], float]) -> 
     from jouleprof.workloads.video.precision import refusal
 
     cells, left_out = [], []
-    for (m, meth), lr in sorted(lrs.items()):
-        variants = [(p, False) for p in cfg.precisions if p != cfg.base_precision]
-        if cfg.checkpointing_ablation:
-            variants.append((cfg.base_precision, True))
-        for p, ck in variants:
+    variants = [(p, False) for p in cfg.precisions if p != cfg.base_precision]
+    if cfg.checkpointing_ablation:
+        variants.append((cfg.base_precision, True))
+    # Models innermost, as in the learning-rate stage.
+    order = sorted(lrs.items(), key=lambda kv: (kv[0][1], kv[0][0]))
+    for p, ck in variants:
+        for (m, meth), lr in order:
             why = refusal(meth, p)
             if why:
                 left_out.append({"model": m, "method": meth, "precision": p, "reason": why})
@@ -352,8 +355,8 @@ def run_video_study(
     ]
 
     def budget(part: str) -> float | None:
-        if time_budget_s is None:
-            return None
+        if time_budget_s is None or part == "smoke":
+            return None  # every model's smoke cell runs: it is what tells a broken model early
         left = max(time_budget_s - (time.monotonic() - t0), 0.0)
         if not budget_split:
             return left
