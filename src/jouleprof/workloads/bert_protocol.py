@@ -51,7 +51,7 @@ def _energy_of(summary: dict, devices: list[str]) -> tuple[float | None, str]:
 
 
 def _steps_loop(session: BertSession, cfg: BertTrainConfig, ctx, agree) -> list[float]:
-    """Synced steps until ≥ min_measure_s and ≥ min_steps on the slowest rank (every rank runs
+    """Synced steps until ≥ min_measure_s and ≥ min_steps on every rank (all ranks run
     the same number of steps: their collectives must pair)."""
     times: list[float] = []
     t0 = time.perf_counter()
