@@ -206,3 +206,24 @@ def test_a_bad_partition_is_a_clear_error(slurm, tmp_path):
     # The cell is left to a rerun (incomplete), with the reason in runs.csv.
     df = pd.read_csv(tmp_path / "s" / "runs.csv")
     assert df.loc[0, "status"] == "incomplete" and "not submitted" in df.loc[0, "error"]
+
+
+class _StopAfterSubmit(SlurmExecutor):
+    """Submits, then stops watching at once (like a Ctrl-C or a closed terminal)."""
+
+    def _gather(self, plan, watch):
+        raise KeyboardInterrupt
+
+
+def test_a_rerun_waits_for_jobs_already_submitted_instead_of_resubmitting(slurm, tmp_path):
+    out = tmp_path / "study"
+    cells = [cell("x", 5.0, sleep_s=2)]
+    with pytest.raises(KeyboardInterrupt):
+        run_matrix(out, {}, cells, executor=_StopAfterSubmit(poll_s=0.5), progress=False)
+    first = json.loads((out / "cells" / "x" / "cell.json").read_text())["attempts"]
+    assert len(first) == 1 and first[0]["slurm_job_id"]
+    res = run_matrix(out, {}, cells, executor=SlurmExecutor(poll_s=0.5), progress=False)
+    assert res.done == ["x"]
+    attempts = json.loads((out / "cells" / "x" / "cell.json").read_text())["attempts"]
+    assert len(attempts) == 1 and attempts[0]["slurm_job_id"] == first[0]["slurm_job_id"]
+    assert attempts[0]["status"] == "complete" and not (out / "attempts").exists()
