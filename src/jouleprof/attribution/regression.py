@@ -79,7 +79,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from jouleprof.attribution.bins import expand, split_bins
-from jouleprof.attribution.bootstrap import block_bootstrap
+from jouleprof.attribution.bootstrap import block_bootstrap, residual_block_s
 from jouleprof.attribution.common import EXCLUDED, Timeline
 from jouleprof.attribution.grid import JitterGrid, device_grids, with_power_pieces
 from jouleprof.attribution.kernels import counter_delays
@@ -509,9 +509,12 @@ def _attribute_model(found: _Grids, timeline: Timeline, device: str, cfg: Regres
     a, b = x * w[:, None], y * w
     if cfg.intervals:
         with stage("bootstrap"):
-            boot, block = block_bootstrap(a, b, rows.mid_s, cfg.block_s, cfg.n_boot, cfg.seed)
+            block_s = cfg.block_s
+            if cfg.block_from_residuals:
+                block_s = residual_block_s(rows.mid_s, b - a @ power, cfg.block_s)
+            boot, block = block_bootstrap(a, b, rows.mid_s, block_s, cfg.n_boot, cfg.seed)
     else:  # a fit that only chooses a setting: point estimates (intervals at their floor)
-        boot, block = power[None, :], 0
+        boot, block, block_s = power[None, :], 0, None
 
     # What the bootstrap cannot see: the uncertainty of σ and of where the rows sit in time.
     # A point-only fit (one that only chooses a setting) has none.
@@ -586,6 +589,7 @@ def _attribute_model(found: _Grids, timeline: Timeline, device: str, cfg: Regres
         "rows_per_label": {timeline.names[j]: int(cover[j]) for j in cols},
         "n_boot": cfg.n_boot,
         "block_rows": block,
+        "block_s": block_s,
         "confidence": cfg.confidence,
         "instant_window_s": cfg.instant_window_s,
         "instant_kernel": [list(b) for b in cfg.instant_kernel],

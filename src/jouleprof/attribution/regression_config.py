@@ -69,7 +69,13 @@ class RegressionConfig:
     n_boot: int = 300
     """Bootstrap resamples for the confidence interval (≥ 200)."""
     block_s: float = 1.5
-    """Length of the bootstrap's blocks of consecutive rows, in seconds."""
+    """Length of the bootstrap's blocks of consecutive rows, in seconds (the least, where
+    block_from_residuals)."""
+    block_from_residuals: bool = True
+    """Lengthen the bootstrap's blocks to the residuals' own correlation time
+    (`bootstrap.residual_block_s`): a power that drifts slowly through the run (±1 % over
+    seconds) leaves residuals correlated far beyond block_s, and blocks shorter than that
+    make the interval too narrow (benchmarks/interval_coverage.py)."""
     confidence: float = 0.95
     """Coverage of the reported interval."""
     min_rows: int = 20
