@@ -114,7 +114,7 @@ def rank_report(plan: RankPlan, m) -> dict[str, Any]:
     summ = m.record.summary
     idx_of = {}
     for i in plan.assigned + plan.unassigned:
-        idx_of[f"sim{i}" if plan.simulated else f"gpu{i}"] = i
+        idx_of[f"simgpu{i}" if plan.simulated else f"gpu{i}"] = i
     ids = {} if plan.simulated else nvml_identities(plan.assigned + plan.unassigned)
     devices = []
     for d in m.devices:

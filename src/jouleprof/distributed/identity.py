@@ -57,7 +57,7 @@ def device_key(host: str, device: str, info: Mapping[str, object] | None, rank: 
         return f"{host}/pci:{str(info['pci_bus_id']).lower()}"
     if info and info.get("sim_index") is not None:
         return f"{host}/sim:{info['sim_index']}"
-    m = re.fullmatch(r"sim(\d+)", device)
+    m = re.fullmatch(r"sim(?:gpu)?(\d+)", device)
     if m:
         return f"{host}/sim:{m.group(1)}"
     return f"{host}/rank{rank}/{device}"

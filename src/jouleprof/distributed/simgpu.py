@@ -20,4 +20,4 @@ def simulated_board(index: int, busy: bool, clock, seed: int):
     schedule = PowerSchedule(idle_w=IDLE_W)
     power = float(os.environ.get("JOULEPROF_SIM_BUSY_W", "300")) if busy else IDLE_W
     schedule.append(WEEK_S, power)
-    return SimulatedGPU(schedule, clock, seed=seed, device=f"sim{index}")
+    return SimulatedGPU(schedule, clock, seed=seed, device=f"simgpu{index}")
