@@ -101,8 +101,14 @@ def cache_cmd(
     root: Annotated[
         Path | None, typer.Option(help="Dataset root (default: the one the manifest records).")
     ] = None,
-    frames: Annotated[int, typer.Option(help="Frames kept per clip, spread over it.")] = 32,
-    size_px: Annotated[int, typer.Option(help="Short side of the kept frames.")] = 256,
+    frames: Annotated[
+        int | None,
+        typer.Option(help="Frames kept per clip, spread over it (default 32, or the cache's)."),
+    ] = None,
+    size_px: Annotated[
+        int | None,
+        typer.Option(help="Short side of the kept frames (default 256, or the cache's)."),
+    ] = None,
     workers: Annotated[int, typer.Option(help="Decoding processes.")] = 1,
 ) -> None:
     """Decode every clip once into a uint8 frame cache (PyAV); rerun to resume."""
@@ -118,7 +124,10 @@ def cache_cmd(
     try:
         m = load_manifest(manifest, root, required_splits=())
         folder = out or manifest.with_name(manifest.stem + "_cache")
-        cache = FrameCache(folder, CacheSpec(num_frames=frames, size_px=size_px))
+        if frames is None and size_px is None and (folder / "cache.json").is_file():
+            cache = FrameCache(folder)  # resuming: the cache's own settings
+        else:
+            cache = FrameCache(folder, CacheSpec(num_frames=frames or 32, size_px=size_px or 256))
     except (ManifestError, CacheError) as e:
         fail(str(e))
     clips = [(r.path, m.abspath(r)) for r in m.rows]
