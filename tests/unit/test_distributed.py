@@ -111,6 +111,21 @@ _SCRIPT = textwrap.dedent("""
     os.environ.update(JOULEPROF_SIM_GPUS="1", JOULEPROF_SIM_SHARE_GPU="1")
     with measure(sys.argv[2], idle_s=0.0, rapl=False, interval_s=0.02) as m:
         time.sleep(0.5 + 0.3 * dist.get_rank())
+    dist.barrier()
+    # 3: jouleprof.profile, phases attributed on every rank
+    import jouleprof
+    os.environ.update(JOULEPROF_SIM_GPUS="2", JOULEPROF_SIM_SHARE_GPU="")
+    lin = torch.nn.Linear(64, 64)
+    with jouleprof.profile(sys.argv[3], report=False) as prof:
+        for _ in range(12):
+            with prof.step():
+                with prof.phase("forward"):
+                    loss = lin(torch.randn(32, 64)).square().mean()
+                with prof.phase("backward"):
+                    loss.backward()
+                with prof.phase("comm"):
+                    dist.all_reduce(lin.weight.grad)
+                time.sleep(0.03)
     dist.destroy_process_group()
 """)
 
@@ -120,7 +135,7 @@ def torchrun_job(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("dist")
     script = tmp / "job.py"
     script.write_text(_SCRIPT)
-    out1, out2 = tmp / "job1", tmp / "job2"
+    out1, out2, out3 = tmp / "job1", tmp / "job2", tmp / "job3"
     cmd = [
         sys.executable,
         "-m",
@@ -132,12 +147,13 @@ def torchrun_job(tmp_path_factory):
         str(script),
         str(out1),
         str(out2),
+        str(out3),
     ]
     e = {**os.environ, "JOULEPROF_RANK_WAIT_S": "60", "OMP_NUM_THREADS": "1"}
     e.pop("CUDA_VISIBLE_DEVICES", None)
     r = subprocess.run(cmd, env=e, capture_output=True, text=True, timeout=240)
     assert r.returncode == 0, r.stderr[-3000:]
-    return out1, out2
+    return out1, out2, out3
 
 
 def test_measure_under_torchrun_reduces_ranks_and_reports_idle_gpus(torchrun_job):
@@ -169,3 +185,12 @@ def test_ranks_sharing_one_gpu_count_it_once(torchrun_job):
     longest = max(r["wall_time_s"] for r in red["per_rank"])
     assert rec["summary"]["gpu_energy_j"]["value"] == pytest.approx(300.0 * longest, rel=0.05)
     assert any("shared" in n for n in rec["notes"])
+
+
+def test_profile_under_torchrun_attributes_each_rank(torchrun_job):
+    out = torchrun_job[2]
+    rec = json.loads((out / "run.json").read_text())
+    assert rec["extra"]["distributed"]["ranks_reported"] == [0, 1]
+    for r in (0, 1):
+        phases = (out / "ranks" / f"rank{r}" / "phases.csv").read_text()
+        assert "forward" in phases and "comm" in phases
