@@ -90,7 +90,9 @@ def stage_infer(args, out: Path, deadline: float) -> list[dict]:
                    "--batch", "1", "--precision", "bf16", "--protocol", "clip", "--out", str(d)]
             if args.smoke:
                 cmd += ["--tiny", "--sustained-s", "1", "--passes", "3"]
-            env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+            # Keep the caller's PYTHONPATH (wheels carried there, e.g. hiera) after src.
+            pp = os.environ.get("PYTHONPATH")
+            env = {**os.environ, "PYTHONPATH": str(ROOT / "src") + (os.pathsep + pp if pp else "")}
             d.parent.mkdir(parents=True, exist_ok=True)
             with (out / "infer" / f"{model}.log").open("w") as f:
                 p = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, timeout=300)

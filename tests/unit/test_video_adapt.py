@@ -183,3 +183,20 @@ def test_trainer_config_refuses_bad_input():
         TrainerConfig(model="x3d")
     with pytest.raises(ValueError, match="optimizer_impl"):
         TrainerConfig(optimizer_impl="sgd")
+
+
+def test_bitfit_layer_norms_keep_their_output_and_train_the_bias_alone():
+    # The affine is applied outside the fused LayerNorm kernel (its CUDA backward dropped the
+    # bias gradient when the weight was frozen, on the H200): same output, bias-only gradients.
+    vc = _build("swin3d-b").eval()
+    x = torch.randn(2, vc.frames, 3, vc.size, vc.size)
+    with torch.no_grad():
+        before = vc(x)
+    model = adapt(vc, "bitfit", "fp32").eval()
+    norms = [m for m in model.modules() if isinstance(m, torch.nn.LayerNorm)]
+    assert norms and all("forward" in m.__dict__ for m in norms)
+    with torch.no_grad():
+        assert torch.allclose(model(x), before, atol=1e-5)
+    model.train()
+    model(x).sum().backward()
+    assert all(m.bias.grad is not None and m.weight.grad is None for m in norms)

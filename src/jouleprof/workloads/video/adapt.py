@@ -108,8 +108,40 @@ def adapt(model, method: str, precision: str, cfg: AdaptConfig | None = None, de
     if method == "bitfit":
         for name, p in vc.named_parameters():
             p.requires_grad_(name.endswith("bias") or name.startswith(_head_prefix(vc) + "."))
+        _affine_outside_layer_norm(vc)
         return vc
     return _peft(vc, method, cfg)
+
+
+def _layer_norm_bias_only(self, x):
+    import torch.nn.functional as F
+
+    y = F.layer_norm(x, self.normalized_shape, None, None, self.eps)
+    return y * self.weight + self.bias
+
+
+def _affine_outside_layer_norm(vc) -> int:
+    """Give each LayerNorm whose bias trains but weight is frozen (BitFit) a forward that applies
+    the affine outside the fused kernel: the same output, and the bias gets its gradient.
+
+    On the H200 (torch 2.11, CUDA) the fused LayerNorm backward returned an empty bias gradient
+    when only the bias required one, on inputs of ~10⁵ rows (Swin3D's and Hiera's first stages
+    at 16×224, batch 4): "NativeLayerNormBackward0 returned an invalid gradient at index 2".
+    """
+    from torch import nn
+
+    n = 0
+    for m in vc.modules():
+        if (
+            isinstance(m, nn.LayerNorm)
+            and m.weight is not None
+            and m.bias is not None
+            and m.bias.requires_grad
+            and not m.weight.requires_grad
+        ):
+            m.forward = _layer_norm_bias_only.__get__(m)
+            n += 1
+    return n
 
 
 def _peft(vc, method: str, cfg: AdaptConfig):
