@@ -125,6 +125,8 @@ def stage_probe(args, out: Path, deadline: float) -> dict:
         have = {tuple(r[k] for k in ("model", "method", "precision", "checkpointing", "batch"))
                 for r in read_rows(pdir / PROBE_CSV)}
         for r in read_rows(Path(args.done)):
+            if r["status"] == "error":
+                continue  # an error row is a bug to run again, not a result
             if tuple(r[k] for k in ("model", "method", "precision", "checkpointing", "batch")) not in have:
                 append_row(pdir / PROBE_CSV, {**r, "checkpointing": r["checkpointing"] == "on"})
     spec = ProbeSpec(
