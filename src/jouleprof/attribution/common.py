@@ -405,7 +405,7 @@ class Timeline:
         if power_w is None:
             out = self._slope_before(i0, cols) * lever[:, None]
         else:
-            out = (self._slope_before(i0, cols) @ power_w) * lever
+            out = self._slope_before(i0, cols, power_w) * lever
         n_near = i1 - i0
         row = np.repeat(np.arange(n), n_near)
         if not len(row):
@@ -438,17 +438,22 @@ class Timeline:
             )
         return out
 
-    def _slope_before(self, edge_index: np.ndarray, cols: list[int]) -> np.ndarray:
+    def _slope_before(self, edge_index: np.ndarray, cols: list[int], power_w=None) -> np.ndarray:
         """Each label's slope (share of the time) just below edge `edge_index` (0 before the
-        first edge and after the last)."""
+        first edge and after the last); with `power_w`, the power drawn there."""
         key = tuple(cols)
         cache = self.__dict__.setdefault("_slopes_by_cols", {})
         if key not in cache:
             cache.clear()
             padded = np.zeros((len(self.labels) + 2, len(cols)))
             padded[1:-1] = self._share[:, cols]
-            cache[key] = padded
-        return cache[key][edge_index]
+            cache[key] = [padded, None, None]
+        entry = cache[key]
+        if power_w is None:
+            return entry[0][edge_index]
+        if entry[1] is None or not np.array_equal(entry[1], power_w):
+            entry[1], entry[2] = np.array(power_w, dtype=float), entry[0] @ power_w
+        return entry[2][edge_index]
 
 
 class _EdgeSlopes:

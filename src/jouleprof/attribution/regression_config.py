@@ -107,6 +107,11 @@ class RegressionConfig:
     """Where bins are used, fit again with bins twice as long and widen each phase's interval
     by how much that moves it (`regression_choice`): the bootstrap cannot see a bin whose
     power is not flat either."""
+    widen_by_unkept_bins: bool = True
+    """Where bins were tried and not kept (bins=None), widen each phase's interval by how far
+    the binned fit moved it (`regression_choice`): the bootstrap cannot see a long phase whose
+    power is not flat, and a binned fit not clearly better still measures what it does to the
+    short phases beside it."""
     bin_s: float = 0.0125
     """Target length of a bin: a phase gets round(time per step / bin_s) bins (≥ 2 to be cut).
     On a simulated backward whose power steps from 380 to 680 W halfway, 25 ms bins (one
