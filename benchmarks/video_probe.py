@@ -47,8 +47,16 @@ def meta(args, argv) -> dict:
     commit = os.environ.get("JP_COMMIT")
     if not commit:
         try:
-            commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
-                                    text=True, timeout=10).stdout.strip() or None
+            commit = (
+                subprocess.run(
+                    ["git", "rev-parse", "HEAD"],
+                    cwd=ROOT,
+                    capture_output=True,
+                    text=True,
+                    timeout=10,
+                ).stdout.strip()
+                or None
+            )
         except Exception:
             commit = None
     gpu = {"name": None, "driver": None}
@@ -57,17 +65,22 @@ def meta(args, argv) -> dict:
 
         pynvml.nvmlInit()
         h = pynvml.nvmlDeviceGetHandleByIndex(0)
-        gpu = {"name": pynvml.nvmlDeviceGetName(h), "driver": pynvml.nvmlSystemGetDriverVersion(),
-               "power_limit_w": pynvml.nvmlDeviceGetEnforcedPowerLimit(h) / 1000}
+        gpu = {
+            "name": pynvml.nvmlDeviceGetName(h),
+            "driver": pynvml.nvmlSystemGetDriverVersion(),
+            "power_limit_w": pynvml.nvmlDeviceGetEnforcedPowerLimit(h) / 1000,
+        }
     except Exception as e:
         gpu["reason"] = f"{type(e).__name__}: {e}"
     return {
-        "date_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "date_utc": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "commit": commit,
         "gpu": gpu,
         "python": sys.version.split()[0],
-        "versions": {m: _version(m) for m in
-                     ("torch", "torchvision", "transformers", "peft", "bitsandbytes", "hiera")},
+        "versions": {
+            m: _version(m)
+            for m in ("torch", "torchvision", "transformers", "peft", "bitsandbytes", "hiera")
+        },
         "command": " ".join([sys.executable, *argv]),
         "args": vars(args),
     }
@@ -86,8 +99,22 @@ def stage_infer(args, out: Path, deadline: float) -> list[dict]:
         else:
             if d.exists():
                 shutil.move(str(d), str(d.with_name(f"{model}.attempt{int(time.time())}")))
-            cmd = [sys.executable, "-m", "jouleprof.cli.main", "infer", "--model", model,
-                   "--batch", "1", "--precision", "bf16", "--protocol", "clip", "--out", str(d)]
+            cmd = [
+                sys.executable,
+                "-m",
+                "jouleprof.cli.main",
+                "infer",
+                "--model",
+                model,
+                "--batch",
+                "1",
+                "--precision",
+                "bf16",
+                "--protocol",
+                "clip",
+                "--out",
+                str(d),
+            ]
             if args.smoke:
                 cmd += ["--tiny", "--sustained-s", "1", "--passes", "3"]
             # Keep the caller's PYTHONPATH (wheels carried there, e.g. hiera) after src.
@@ -101,14 +128,49 @@ def stage_infer(args, out: Path, deadline: float) -> list[dict]:
                 rows.append({"model": model, "status": "error", "error": tail.replace("\n", " ")})
                 continue
             res = json.loads(rj.read_text())["extra"].get("inference") or {}
-        rows.append({"model": model, "status": "ok", **{k: res.get(k) for k in (
-            "batch", "latency_s_mean", "latency_s_p50", "latency_s_p95", "latency_passes",
-            "window_s", "window_passes", "j_per_clip", "j_per_clip_lo", "j_per_clip_hi",
-            "power_w", "peak_mem_mib", "energy_note")}})
+        rows.append(
+            {
+                "model": model,
+                "status": "ok",
+                **{
+                    k: res.get(k)
+                    for k in (
+                        "batch",
+                        "latency_s_mean",
+                        "latency_s_p50",
+                        "latency_s_p95",
+                        "latency_passes",
+                        "window_s",
+                        "window_passes",
+                        "j_per_clip",
+                        "j_per_clip_lo",
+                        "j_per_clip_hi",
+                        "power_w",
+                        "peak_mem_mib",
+                        "energy_note",
+                    )
+                },
+            }
+        )
         print(f"infer {model}: {rows[-1]}", flush=True)
-    cols = ["model", "status", "batch", "latency_s_mean", "latency_s_p50", "latency_s_p95",
-            "latency_passes", "window_s", "window_passes", "j_per_clip", "j_per_clip_lo",
-            "j_per_clip_hi", "power_w", "peak_mem_mib", "energy_note", "error"]
+    cols = [
+        "model",
+        "status",
+        "batch",
+        "latency_s_mean",
+        "latency_s_p50",
+        "latency_s_p95",
+        "latency_passes",
+        "window_s",
+        "window_passes",
+        "j_per_clip",
+        "j_per_clip_lo",
+        "j_per_clip_hi",
+        "power_w",
+        "peak_mem_mib",
+        "energy_note",
+        "error",
+    ]
     with (out / "infer.csv").open("w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
         w.writeheader()
@@ -122,26 +184,41 @@ def stage_probe(args, out: Path, deadline: float) -> dict:
     pdir = out / "probe"
     pdir.mkdir(parents=True, exist_ok=True)
     if args.done:  # rows of an earlier call count as done here
-        have = {tuple(r[k] for k in ("model", "method", "precision", "checkpointing", "batch"))
-                for r in read_rows(pdir / PROBE_CSV)}
+        have = {
+            tuple(r[k] for k in ("model", "method", "precision", "checkpointing", "batch"))
+            for r in read_rows(pdir / PROBE_CSV)
+        }
         for r in read_rows(Path(args.done)):
             if r["status"] == "error":
                 continue  # an error row is a bug to run again, not a result
-            if tuple(r[k] for k in ("model", "method", "precision", "checkpointing", "batch")) not in have:
+            if (
+                tuple(r[k] for k in ("model", "method", "precision", "checkpointing", "batch"))
+                not in have
+            ):
                 append_row(pdir / PROBE_CSV, {**r, "checkpointing": r["checkpointing"] == "on"})
     spec = ProbeSpec(
-        models=tuple(args.models), methods=tuple(args.methods), precisions=tuple(args.precisions),
-        batch_sizes=tuple(args.batch_sizes), checkpointing=(False, True),
-        checkpointing_methods=("full",), timed_s=args.timed_s, warmup_steps=3,
-        tiny=args.smoke, cells_per_process=args.cells_per_process,
+        models=tuple(args.models),
+        methods=tuple(args.methods),
+        precisions=tuple(args.precisions),
+        batch_sizes=tuple(args.batch_sizes),
+        checkpointing=(False, True),
+        checkpointing_methods=("full",),
+        timed_s=args.timed_s,
+        warmup_steps=3,
+        tiny=args.smoke,
+        cells_per_process=args.cells_per_process,
         cell_timeout_s=args.cell_timeout_s,
     )
 
     def on_row(r):
-        print(f"probe {r['model']:>13s} {r['method']:>7s} {r['precision']:>4s} "
-              f"{'ckpt' if r['checkpointing'] else '    '} b{r['batch']} {r['status']:>7s} "
-              f"{r.get('s_per_step') or ''} {r.get('j_per_step') or ''} {r.get('peak_mem_mib') or ''} "
-              f"{r.get('error') or ''}", flush=True)
+        print(
+            f"probe {r['model']:>13s} {r['method']:>7s} {r['precision']:>4s} "
+            f"{'ckpt' if r['checkpointing'] else '    '} b{r['batch']} {r['status']:>7s} "
+            f"{r.get('s_per_step') or ''} {r.get('j_per_step') or ''} "
+            f"{r.get('peak_mem_mib') or ''} "
+            f"{r.get('error') or ''}",
+            flush=True,
+        )
 
     return run_probe(spec, pdir, budget_s=max(0.0, deadline - time.monotonic()), on_row=on_row)
 
@@ -153,19 +230,28 @@ def table(out: Path) -> None:
     print("\nprobe (ok rows: s/step, J/step [lo, hi], peak MiB)")
     for r in rows:
         if r["status"] == "ok":
-            j = (f"{float(r['j_per_step']):8.1f} [{float(r['j_per_step_lo']):.1f}, "
-                 f"{float(r['j_per_step_hi']):.1f}]" if r["j_per_step"] else "   n/a")
+            j = (
+                f"{float(r['j_per_step']):8.1f} [{float(r['j_per_step_lo']):.1f}, "
+                f"{float(r['j_per_step_hi']):.1f}]"
+                if r["j_per_step"]
+                else "   n/a"
+            )
             mem = f"{float(r['peak_mem_mib']):8.0f}" if r["peak_mem_mib"] else "   n/a"
-            print(f"{r['model']:>13s} {r['method']:>7s} {r['precision']:>4s} {r['checkpointing']:>3s} "
-                  f"b{r['batch']:<2s} {float(r['s_per_step']):7.3f} {j} {mem}")
+            print(
+                f"{r['model']:>13s} {r['method']:>7s} {r['precision']:>4s} "
+                f"{r['checkpointing']:>3s} "
+                f"b{r['batch']:<2s} {float(r['s_per_step']):7.3f} {j} {mem}"
+            )
     by = {}
     for r in rows:
         by[r["status"]] = by.get(r["status"], 0) + 1
     print("statuses:", by)
     for r in rows:
         if r["status"] in ("error", "oom"):
-            print(f"  {r['status']}: {r['model']} {r['method']} {r['precision']} "
-                  f"{r['checkpointing']} b{r['batch']}: {r['error'][:200]}")
+            print(
+                f"  {r['status']}: {r['model']} {r['method']} {r['precision']} "
+                f"{r['checkpointing']} b{r['batch']}: {r['error'][:200]}"
+            )
     if (out / "infer.csv").exists():
         print("\ninfer:")
         print((out / "infer.csv").read_text())

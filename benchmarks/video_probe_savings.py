@@ -25,19 +25,29 @@ def _f(v: str | None) -> float | None:
 def savings(rows: list[dict[str, str]]) -> list[dict[str, object]]:
     """One row per (model, precision, batch, checkpointing, method) with its full-FT baseline."""
     ok = [r for r in rows if r["status"] == "ok"]
-    base = {(r["model"], r["precision"], r["batch"], r["checkpointing"]): r
-            for r in ok if r["method"] == "full"}
+    base = {
+        (r["model"], r["precision"], r["batch"], r["checkpointing"]): r
+        for r in ok
+        if r["method"] == "full"
+    }
     out = []
     for r in rows:
         key = (r["model"], r["precision"], r["batch"], r["checkpointing"])
         b = base.get(key)
         row: dict[str, object] = {
-            "model": r["model"], "precision": r["precision"], "batch": r["batch"],
-            "checkpointing": r["checkpointing"], "method": r["method"], "status": r["status"],
+            "model": r["model"],
+            "precision": r["precision"],
+            "batch": r["batch"],
+            "checkpointing": r["checkpointing"],
+            "method": r["method"],
+            "status": r["status"],
             "trainable_params": r["trainable_params"],
-            "peak_mem_mib": _f(r["peak_mem_mib"]), "s_per_step": _f(r["s_per_step"]),
-            "j_per_step": _f(r["j_per_step"]), "j_per_step_lo": _f(r["j_per_step_lo"]),
-            "j_per_step_hi": _f(r["j_per_step_hi"]), "error": r.get("error", ""),
+            "peak_mem_mib": _f(r["peak_mem_mib"]),
+            "s_per_step": _f(r["s_per_step"]),
+            "j_per_step": _f(r["j_per_step"]),
+            "j_per_step_lo": _f(r["j_per_step_lo"]),
+            "j_per_step_hi": _f(r["j_per_step_hi"]),
+            "error": r.get("error", ""),
         }
         if r["status"] == "ok" and b is not None:
             mem, s = row["peak_mem_mib"], row["s_per_step"]
@@ -54,9 +64,26 @@ def savings(rows: list[dict[str, str]]) -> list[dict[str, object]]:
     return out
 
 
-COLS = ("model", "precision", "batch", "checkpointing", "method", "status", "trainable_params",
-        "peak_mem_mib", "mem_vs_full", "s_per_step", "s_vs_full", "j_per_step", "j_per_step_lo",
-        "j_per_step_hi", "j_vs_full", "j_vs_full_lo", "j_vs_full_hi", "error")
+COLS = (
+    "model",
+    "precision",
+    "batch",
+    "checkpointing",
+    "method",
+    "status",
+    "trainable_params",
+    "peak_mem_mib",
+    "mem_vs_full",
+    "s_per_step",
+    "s_vs_full",
+    "j_per_step",
+    "j_per_step_lo",
+    "j_per_step_hi",
+    "j_vs_full",
+    "j_vs_full_lo",
+    "j_vs_full_hi",
+    "error",
+)
 
 
 def _pct(x: object) -> str:
@@ -64,24 +91,40 @@ def _pct(x: object) -> str:
 
 
 def markdown(table: list[dict[str, object]]) -> str:
-    lines = ["| model | method | trainable | peak MiB | vs full | s/step | vs full | J/step [bounds] "
-             "| vs full [bounds] |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| model | method | trainable | peak MiB | vs full | s/step | vs full | J/step [bounds] "
+        "| vs full [bounds] |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in table:
         if r["status"] != "ok":
-            lines.append(f"| {r['model']} | {r['method']} | | | | | | {r['status']}: "
-                         f"{str(r['error'])[:80]} | |")
+            lines.append(
+                f"| {r['model']} | {r['method']} | | | | | | {r['status']}: "
+                f"{str(r['error'])[:80]} | |"
+            )
             continue
-        j = (f"{r['j_per_step']:.1f} [{r['j_per_step_lo']:.1f}, {r['j_per_step_hi']:.1f}]"
-             if r["j_per_step"] is not None else "n/a")
-        jv = (f"{_pct(r.get('j_vs_full'))} [{_pct(r.get('j_vs_full_lo'))}, "
-              f"{_pct(r.get('j_vs_full_hi'))}]" if r.get("j_vs_full") is not None else "")
+        j = (
+            f"{r['j_per_step']:.1f} [{r['j_per_step_lo']:.1f}, {r['j_per_step_hi']:.1f}]"
+            if r["j_per_step"] is not None
+            else "n/a"
+        )
+        jv = (
+            f"{_pct(r.get('j_vs_full'))} [{_pct(r.get('j_vs_full_lo'))}, "
+            f"{_pct(r.get('j_vs_full_hi'))}]"
+            if r.get("j_vs_full") is not None
+            else ""
+        )
         if r["method"] == "full":
             jv = "—"
+        full = r["method"] == "full"
+        mem_v = "—" if full else _pct(r.get("mem_vs_full"))
+        s_v = "—" if full else _pct(r.get("s_vs_full"))
         lines.append(
             f"| {r['model']} | {r['method']} | {int(r['trainable_params']):,} | "
-            f"{r['peak_mem_mib']:,.0f} | {'—' if r['method'] == 'full' else _pct(r.get('mem_vs_full'))} | "
-            f"{r['s_per_step']:.3f} | {'—' if r['method'] == 'full' else _pct(r.get('s_vs_full'))} | "
-            f"{j} | {jv} |")
+            f"{r['peak_mem_mib']:,.0f} | {mem_v} | "
+            f"{r['s_per_step']:.3f} | {s_v} | "
+            f"{j} | {jv} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -93,8 +136,15 @@ def main(argv: list[str] | None = None) -> int:
     with a.probe_csv.open(newline="") as f:
         rows = [r for r in csv.DictReader(f) if r["status"] != "refused"]
     methods = ("full", "lora", "qlora", "adalora", "bitfit")
-    rows.sort(key=lambda r: (r["precision"], r["batch"], r["checkpointing"], r["model"],
-                             methods.index(r["method"])))
+    rows.sort(
+        key=lambda r: (
+            r["precision"],
+            r["batch"],
+            r["checkpointing"],
+            r["model"],
+            methods.index(r["method"]),
+        )
+    )
     table = savings(rows)
     with a.out.with_suffix(".csv").open("w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=COLS, extrasaction="ignore")
@@ -103,7 +153,11 @@ def main(argv: list[str] | None = None) -> int:
     parts = []
     groups = sorted({(r["precision"], r["batch"], r["checkpointing"]) for r in table})
     for prec, batch, ck in groups:
-        sub = [r for r in table if (r["precision"], r["batch"], r["checkpointing"]) == (prec, batch, ck)]
+        sub = [
+            r
+            for r in table
+            if (r["precision"], r["batch"], r["checkpointing"]) == (prec, batch, ck)
+        ]
         parts.append(f"### {prec}, batch {batch}, checkpointing {ck}\n\n" + markdown(sub))
     a.out.with_suffix(".md").write_text("\n".join(parts))
     print("\n".join(parts))

@@ -14,8 +14,18 @@ pytest.importorskip("peft")
 
 JP = [sys.executable, "-m", "jouleprof.cli.main"]
 COLUMNS = [
-    "model", "method", "precision", "checkpointing", "batch", "status", "trainable_params",
-    "peak_mem_mib", "s_per_step", "j_per_step", "j_per_step_lo", "j_per_step_hi",
+    "model",
+    "method",
+    "precision",
+    "checkpointing",
+    "batch",
+    "status",
+    "trainable_params",
+    "peak_mem_mib",
+    "s_per_step",
+    "j_per_step",
+    "j_per_step_lo",
+    "j_per_step_hi",
 ]
 
 
@@ -27,14 +37,32 @@ def _rows(path):
     with path.open(newline="") as f:
         r = csv.reader(f)
         header = next(r)
-        return header, [dict(zip(header, row)) for row in r]
+        return header, [dict(zip(header, row, strict=True)) for row in r]
 
 
 def test_probe_writes_rows_refuses_pairs_and_resumes(tmp_path):
     out = tmp_path / "probe"
-    args = ["probe", "video", "--tiny", "--models", "swin3d-b", "--methods", "full,lora",
-            "--precisions", "fp32,int8", "--batch-sizes", "2", "--timed-s", "0.2",
-            "--warmup-steps", "1", "--cells-per-process", "3", "--out", str(out)]
+    args = [
+        "probe",
+        "video",
+        "--tiny",
+        "--models",
+        "swin3d-b",
+        "--methods",
+        "full,lora",
+        "--precisions",
+        "fp32,int8",
+        "--batch-sizes",
+        "2",
+        "--timed-s",
+        "0.2",
+        "--warmup-steps",
+        "1",
+        "--cells-per-process",
+        "3",
+        "--out",
+        str(out),
+    ]
     r = run(*args)
     assert r.returncode == 0, r.stderr
     header, rows = _rows(out / "probe.csv")
@@ -48,7 +76,9 @@ def test_probe_writes_rows_refuses_pairs_and_resumes(tmp_path):
         assert row["status"] == "ok", row
         assert float(row["s_per_step"]) > 0 and int(row["trainable_params"]) > 0
         assert row["j_per_step"] == "" and row["energy_note"].startswith("unavailable")
-    assert int(by[("lora", "fp32")]["trainable_params"]) < int(by[("full", "fp32")]["trainable_params"])
+    assert int(by[("lora", "fp32")]["trainable_params"]) < int(
+        by[("full", "fp32")]["trainable_params"]
+    )
     lora8 = by[("lora", "int8")]
     try:
         import bitsandbytes  # noqa: F401
@@ -76,8 +106,22 @@ def test_probe_bad_names_list_the_choices(tmp_path):
 
 def test_infer_measures_latency_and_says_why_energy_is_missing(tmp_path):
     out = tmp_path / "inf"
-    r = run("infer", "--model", "timesformer-b", "--tiny", "--precision", "fp32",
-            "--sustained-s", "0.3", "--passes", "3", "--warmup", "1", "--out", str(out))
+    r = run(
+        "infer",
+        "--model",
+        "timesformer-b",
+        "--tiny",
+        "--precision",
+        "fp32",
+        "--sustained-s",
+        "0.3",
+        "--passes",
+        "3",
+        "--warmup",
+        "1",
+        "--out",
+        str(out),
+    )
     assert r.returncode == 0, r.stderr
     res = json.loads((out / "run.json").read_text())["extra"]["inference"]
     assert res["latency_passes"] == 3

@@ -20,4 +20,7 @@ def test_bitfit_bf16_probe_cells_train_at_full_size(tmp_path):
         r = run_cell(ProbeCell(model, "bitfit", "bf16", False, 2), tmp_path / model, opts)
         assert r["status"] == "ok", r.get("error")
         assert r["s_per_step"] > 0 and r["peak_mem_mib"] > 0
-        assert r["j_per_step"] is not None and r["j_per_step_lo"] <= r["j_per_step"] <= r["j_per_step_hi"]
+        assert (
+            r["j_per_step"] is not None
+            and r["j_per_step_lo"] <= r["j_per_step"] <= r["j_per_step_hi"]
+        )

@@ -54,7 +54,9 @@ def _check(model, vc, method):
     assert trainable, "nothing trains"
     no_grad = sorted(n for n in trainable if named[n].grad is None)
     assert not no_grad, f"trainable parameters without a gradient: {no_grad[:5]}"
-    frozen_with_grad = sorted(n for n, p in named.items() if not p.requires_grad and p.grad is not None)
+    frozen_with_grad = sorted(
+        n for n, p in named.items() if not p.requires_grad and p.grad is not None
+    )
     assert not frozen_with_grad
     head = f".{vc.head_name}."
     assert any(head in n or n.startswith(f"net.{vc.head_name}.") for n in trainable), "head frozen"
@@ -148,8 +150,17 @@ def test_precisions_autocast_and_loss_scaling():
 def test_the_trainer_learns_a_fixed_batch():
     from jouleprof.workloads.video.step import TrainerConfig, VideoTrainer
 
-    cfg = TrainerConfig(model="timesformer-b", method="full", precision="fp32", tiny=True,
-                        batch_size=3, num_classes=3, lr=3e-3, weight_decay=0.0, frames=2)
+    cfg = TrainerConfig(
+        model="timesformer-b",
+        method="full",
+        precision="fp32",
+        tiny=True,
+        batch_size=3,
+        num_classes=3,
+        lr=3e-3,
+        weight_decay=0.0,
+        frames=2,
+    )
     t = VideoTrainer(cfg, "cpu")
     f, s = cfg.clip
     g = torch.Generator().manual_seed(1)
@@ -164,8 +175,9 @@ def test_the_trainer_learns_a_fixed_batch():
 def test_fp16_steps_scale_the_loss_and_keep_fp32_master_weights():
     from jouleprof.workloads.video.step import TrainerConfig, VideoTrainer
 
-    cfg = TrainerConfig(model="timesformer-b", method="lora", precision="fp16", tiny=True,
-                        batch_size=2, frames=2)
+    cfg = TrainerConfig(
+        model="timesformer-b", method="lora", precision="fp16", tiny=True, batch_size=2, frames=2
+    )
     t = VideoTrainer(cfg, "cpu")
     f, s = cfg.clip
     x, y = torch.randn(2, f, 3, s, s), torch.tensor([0, 1])

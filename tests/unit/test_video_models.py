@@ -130,7 +130,11 @@ def test_hugging_face_weights_from_a_local_folder(tmp_path):
 
 def test_checkpointing_gives_the_same_loss_and_gradients():
     torch.manual_seed(0)
-    m = build_model("hiera-b", 3, tiny=True) if _has_hiera() else build_model("videomae-b", 3, tiny=True)
+    m = (
+        build_model("hiera-b", 3, tiny=True)
+        if _has_hiera()
+        else build_model("videomae-b", 3, tiny=True)
+    )
     x = torch.randn(2, m.frames, 3, m.size, m.size)
     m(x).sum().backward()
     g0 = [p.grad.clone() for p in m.parameters() if p.grad is not None]
@@ -139,7 +143,9 @@ def test_checkpointing_gives_the_same_loss_and_gradients():
     assert m.checkpointing
     m(x).sum().backward()
     g1 = [p.grad.clone() for p in m.parameters() if p.grad is not None]
-    assert len(g0) == len(g1) and all(torch.allclose(a, b, atol=1e-5) for a, b in zip(g0, g1))
+    assert len(g0) == len(g1) and all(
+        torch.allclose(a, b, atol=1e-5) for a, b in zip(g0, g1, strict=True)
+    )
     m.set_checkpointing(False)
     assert all("_jp_forward" not in b.__dict__ for b in m.blocks())
 

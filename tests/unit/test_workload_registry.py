@@ -91,7 +91,10 @@ def test_video_workload_session_marks_data_forward_backward_optimizer():
         s.step(sync=False, fixed=True)
         assert marks.phases == ["data", "forward", "backward", "optimizer"] * 2
         facts = s.facts()
-        assert facts["method"] == "lora" and 0 < facts["parameters"]["trainable"] < facts["parameters"]["total"]
+        assert (
+            facts["method"] == "lora"
+            and 0 < facts["parameters"]["trainable"] < facts["parameters"]["total"]
+        )
         assert facts["init"]["source"] == "random"
         assert set(s.replays()) >= {"forward", "forward+backward", "optimizer"}
         assert s.samples_per_step == 2

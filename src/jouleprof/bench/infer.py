@@ -57,7 +57,9 @@ class InferConfig:
         from jouleprof.workloads.video.precision import get_precision
 
         if self.protocol not in PROTOCOLS:
-            raise ValueError(f"unknown protocol {self.protocol!r}: choose one of {', '.join(PROTOCOLS)}")
+            raise ValueError(
+                f"unknown protocol {self.protocol!r}: choose one of {', '.join(PROTOCOLS)}"
+            )
         get_precision(self.precision)
         if self.batch < 1 or self.passes < 1 or self.warmup < 0 or self.num_classes < 1:
             raise ValueError("batch, passes and num_classes must be ≥ 1 and warmup ≥ 0")
@@ -66,8 +68,11 @@ class InferConfig:
 
     @property
     def loop_s(self) -> float:
-        return self.sustained_s if self.sustained_s is not None else (
-            10.0 if self.protocol == "clip" else 6.0)
+        return (
+            self.sustained_s
+            if self.sustained_s is not None
+            else (10.0 if self.protocol == "clip" else 6.0)
+        )
 
 
 def is_video_model(name: str) -> bool:
@@ -93,13 +98,16 @@ def build(cfg: InferConfig, device) -> tuple[Any, Any, dict[str, Any]]:
         facts: dict[str, Any] = {"init": vc.init, "clip": [vc.frames, vc.size]}
         if get_precision(cfg.precision).base_bits == 8:
             facts["quantized_linears"] = quantize_linears(
-                vc.net, 8, compute_dtype(cfg.precision), (vc.head_name,))
+                vc.net, 8, compute_dtype(cfg.precision), (vc.head_name,)
+            )
         model = vc.to(device).eval()
         facts["parameters"] = parameter_counts(model)["total"]
         x = torch.randn(cfg.batch, vc.frames, 3, vc.size, vc.size, device=device, generator=g)
         return model, x, facts
     if cfg.precision == "int8":
-        raise ValueError("int8 inference is for the video models (an 8-bit base): use fp32, fp16 or bf16")
+        raise ValueError(
+            "int8 inference is for the video models (an 8-bit base): use fp32, fp16 or bf16"
+        )
     if cfg.tiny:
         raise ValueError("--tiny is for the video models")
     try:
@@ -113,9 +121,11 @@ def build(cfg: InferConfig, device) -> tuple[Any, Any, dict[str, Any]]:
         raise ValueError("--weights is for the video models; zoo models are randomly initialized")
     zm = resolve(cfg.model)
     model = zm.factory().to(device).eval()
-    facts = {"init": {"weights": None, "source": "random", "note": f"zoo {zm.source}"},
-             "input_shape": list(zm.input_shape),
-             "parameters": sum(p.numel() for p in model.parameters())}
+    facts = {
+        "init": {"weights": None, "source": "random", "note": f"zoo {zm.source}"},
+        "input_shape": list(zm.input_shape),
+        "parameters": sum(p.numel() for p in model.parameters()),
+    }
     x = torch.randn(cfg.batch, *zm.input_shape, device=device, generator=g)
     return model, x, facts
 
@@ -217,13 +227,29 @@ def finish_cost(run_dir: str | Path, result: dict[str, Any]) -> dict[str, Any]:
     r = dict(result)
     r["energy_note"] = e["note"]
     if e["energy_j"] is None:
-        r.update({k: None for k in ("energy_j", "energy_j_lo", "energy_j_hi", "j_per_pass",
-                                    "j_per_clip", "j_per_clip_lo", "j_per_clip_hi", "power_w")})
+        r.update(
+            {
+                k: None
+                for k in (
+                    "energy_j",
+                    "energy_j_lo",
+                    "energy_j_hi",
+                    "j_per_pass",
+                    "j_per_clip",
+                    "j_per_clip_lo",
+                    "j_per_clip_hi",
+                    "power_w",
+                )
+            }
+        )
         return r
     r.update(
-        energy_j=e["energy_j"], energy_j_lo=e["lo_j"], energy_j_hi=e["hi_j"],
+        energy_j=e["energy_j"],
+        energy_j_lo=e["lo_j"],
+        energy_j_hi=e["hi_j"],
         j_per_pass=e["energy_j"] / n,
-        j_per_clip=e["energy_j"] / (n * b), j_per_clip_lo=e["lo_j"] / (n * b),
+        j_per_clip=e["energy_j"] / (n * b),
+        j_per_clip_lo=e["lo_j"] / (n * b),
         j_per_clip_hi=e["hi_j"] / (n * b),
         power_w=e["energy_j"] / result["window_s"] if result["window_s"] > 0 else None,
     )
@@ -241,8 +267,12 @@ def run_infer(cfg: InferConfig, out: str | Path) -> dict[str, Any]:
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     out = Path(out)
     mcfg = MeasureConfig(
-        gpus=(0,) if device.type == "cuda" else None, idle_s=1.0, counter_interval_s=0.1,
-        counter_dense_s=0.0, rapl=False, kind="infer",
+        gpus=(0,) if device.type == "cuda" else None,
+        idle_s=1.0,
+        counter_interval_s=0.1,
+        counter_dense_s=0.0,
+        rapl=False,
+        kind="infer",
     )
     with measure(out, mcfg, run_config={"infer": asdict(cfg)}) as m:
         t = time.perf_counter()

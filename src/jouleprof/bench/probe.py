@@ -26,8 +26,18 @@ from jouleprof.bench.probe_cell import RESULT_JSON, ProbeCell
 
 PROBE_CSV = "probe.csv"
 COLUMNS = (
-    "model", "method", "precision", "checkpointing", "batch", "status", "trainable_params",
-    "peak_mem_mib", "s_per_step", "j_per_step", "j_per_step_lo", "j_per_step_hi",
+    "model",
+    "method",
+    "precision",
+    "checkpointing",
+    "batch",
+    "status",
+    "trainable_params",
+    "peak_mem_mib",
+    "s_per_step",
+    "j_per_step",
+    "j_per_step_lo",
+    "j_per_step_hi",
 )
 """The probe's columns, in this order (the issue's contract)."""
 EXTRA_COLUMNS = ("error", "energy_note", "total_params", "timed_steps", "timed_s", "cell_wall_s")
@@ -40,7 +50,9 @@ _PRECISION_ORDER = ("bf16", "fp32", "fp16", "int8")
 def _choices(values: tuple, valid: tuple, what: str) -> None:
     bad = [v for v in values if v not in valid]
     if bad or not values:
-        raise ValueError(f"unknown {what} {bad or '(none)'}: choose from {', '.join(map(str, valid))}")
+        raise ValueError(
+            f"unknown {what} {bad or '(none)'}: choose from {', '.join(map(str, valid))}"
+        )
 
 
 @dataclass(frozen=True)
@@ -94,8 +106,10 @@ class ProbeSpec:
 
     def opts(self) -> dict[str, Any]:
         """What a worker needs besides the cells."""
-        return {k: getattr(self, k) for k in (
-            "timed_s", "warmup_steps", "num_classes", "lr", "frames", "size", "tiny")}
+        return {
+            k: getattr(self, k)
+            for k in ("timed_s", "warmup_steps", "num_classes", "lr", "frames", "size", "tiny")
+        }
 
 
 def plan(spec: ProbeSpec) -> list[ProbeCell]:
@@ -103,7 +117,11 @@ def plan(spec: ProbeSpec) -> list[ProbeCell]:
     cells = []
     for ck in spec.checkpointing:
         for method in spec.methods:
-            if ck and spec.checkpointing_methods is not None and method not in spec.checkpointing_methods:
+            if (
+                ck
+                and spec.checkpointing_methods is not None
+                and method not in spec.checkpointing_methods
+            ):
                 continue
             for model in spec.models:
                 for prec in spec.precisions:
@@ -113,7 +131,8 @@ def plan(spec: ProbeSpec) -> list[ProbeCell]:
 
     def rank(c: ProbeCell):
         return (
-            c.batch != big, c.batch,
+            c.batch != big,
+            c.batch,
             _PRECISION_ORDER.index(c.precision) if c.precision in _PRECISION_ORDER else 9,
             c.checkpointing,
             spec.methods.index(c.method),
@@ -228,7 +247,10 @@ def run_probe(
 
 
 def _run_worker(
-    cells: list[ProbeCell], cells_dir: Path, spec: ProbeSpec, python: str,
+    cells: list[ProbeCell],
+    cells_dir: Path,
+    spec: ProbeSpec,
+    python: str,
     deadline_unix: float | None = None,
 ) -> tuple[list[dict], list[ProbeCell]]:
     """Run `cells` in one worker; (their rows, the cells to run again: those after a crash, or
@@ -241,7 +263,9 @@ def _run_worker(
             d.rename(d.with_name(f"{d.name}.attempt{int(time.time())}"))
         items.append({"cell": asdict(c), "dir": str(d)})
     job = cells_dir / f"worker_{cells[0].cell_id}.json"
-    job.write_text(json.dumps({"cells": items, "opts": spec.opts(), "deadline_unix": deadline_unix}))
+    job.write_text(
+        json.dumps({"cells": items, "opts": spec.opts(), "deadline_unix": deadline_unix})
+    )
     log = job.with_suffix(".log")
     env = dict(os.environ)
     src = str(Path(__file__).resolve().parents[2])
@@ -251,7 +275,9 @@ def _run_worker(
         try:
             p = subprocess.run(
                 [python, "-m", "jouleprof.bench.probe_cell", str(job)],
-                stdout=f, stderr=subprocess.STDOUT, env=env,
+                stdout=f,
+                stderr=subprocess.STDOUT,
+                env=env,
                 timeout=spec.cell_timeout_s * len(cells),
             )
             rc, why = p.returncode, f"worker exited with status {p.returncode}"
@@ -268,11 +294,14 @@ def _run_worker(
             break
         # The first cell without a result is the one the worker died in.
         tail = _log_tail(log)
-        rows.append({
-            **asdict(c), "status": "error",
-            "error": f"{why} (rc {rc}) during this cell: {tail}",
-            "cell_wall_s": time.monotonic() - t,
-        })
+        rows.append(
+            {
+                **asdict(c),
+                "status": "error",
+                "error": f"{why} (rc {rc}) during this cell: {tail}",
+                "cell_wall_s": time.monotonic() - t,
+            }
+        )
         rest = cells[i + 1 :]
         break
     return rows, rest

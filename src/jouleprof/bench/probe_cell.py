@@ -40,8 +40,13 @@ class ProbeCell:
         return f"{self.model}_{self.method}_{self.precision}_{ck}_b{self.batch}"
 
     def key(self) -> tuple[str, str, str, str, str]:
-        return (self.model, self.method, self.precision, "on" if self.checkpointing else "off",
-                str(self.batch))
+        return (
+            self.model,
+            self.method,
+            self.precision,
+            "on" if self.checkpointing else "off",
+            str(self.batch),
+        )
 
 
 def _is_oom(e: BaseException) -> bool:
@@ -113,17 +118,31 @@ def run_cell(cell: ProbeCell, cell_dir: Path, opts: dict[str, Any]) -> dict[str,
     trainer = None
     try:
         cfg = TrainerConfig(
-            model=cell.model, method=cell.method, precision=cell.precision,
-            num_classes=opts["num_classes"], batch_size=cell.batch, frames=opts.get("frames"),
-            size=opts.get("size"), lr=opts["lr"], checkpointing=cell.checkpointing,
-            tiny=opts.get("tiny", False), optimizer_impl="fused",
+            model=cell.model,
+            method=cell.method,
+            precision=cell.precision,
+            num_classes=opts["num_classes"],
+            batch_size=cell.batch,
+            frames=opts.get("frames"),
+            size=opts.get("size"),
+            lr=opts["lr"],
+            checkpointing=cell.checkpointing,
+            tiny=opts.get("tiny", False),
+            optimizer_impl="fused",
         )
         frames, size = cfg.clip
         mcfg = MeasureConfig(
-            gpus=(0,) if device.type == "cuda" else None, idle_s=0.0, counter_interval_s=0.1,
-            counter_dense_s=0.0, slow_fields_period_s=0.5, rapl=False, kind="probe",
+            gpus=(0,) if device.type == "cuda" else None,
+            idle_s=0.0,
+            counter_interval_s=0.1,
+            counter_dense_s=0.0,
+            slow_fields_period_s=0.5,
+            rapl=False,
+            kind="probe",
         )
-        with measure(cell_dir, mcfg, run_config={"probe_cell": asdict(cell), "trainer": cfg.to_json()}) as m:
+        with measure(
+            cell_dir, mcfg, run_config={"probe_cell": asdict(cell), "trainer": cfg.to_json()}
+        ) as m:
             trainer = VideoTrainer(cfg, device)
             counts = parameter_counts(trainer.model)
             row.update(trainable_params=counts["trainable"], total_params=counts["total"])
@@ -157,7 +176,9 @@ def run_cell(cell: ProbeCell, cell_dir: Path, opts: dict[str, Any]) -> dict[str,
             peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
             m.record.extra["peak_mem_allocated_bytes"] = peak
         row.update(
-            status="ok", s_per_step=(t1_s - t0_s) / n, timed_steps=n,
+            status="ok",
+            s_per_step=(t1_s - t0_s) / n,
+            timed_steps=n,
             timed_s=t1_s - t0_s,
             peak_mem_mib=None if peak is None else peak / 2**20,
         )
@@ -168,7 +189,10 @@ def run_cell(cell: ProbeCell, cell_dir: Path, opts: dict[str, Any]) -> dict[str,
         if _is_oom(e):
             row.update(status="oom", error=f"out of memory: {str(e).splitlines()[0][:300]}")
         else:
-            row.update(status="error", error=f"{type(e).__name__}: {str(e).splitlines()[0][:400] if str(e) else ''}")
+            row.update(
+                status="error",
+                error=f"{type(e).__name__}: {str(e).splitlines()[0][:400] if str(e) else ''}",
+            )
             (cell_dir / "error.txt").parent.mkdir(parents=True, exist_ok=True)
             (cell_dir / "error.txt").write_text(traceback.format_exc())
     finally:

@@ -144,11 +144,11 @@ def run_cell(cfg: CellConfig, out: str | Path) -> Path:
     Raises:
         ValueError / JouleprofError: bad configuration (nothing is created).
     """
-    from jouleprof.workloads import registry as workloads
     from jouleprof.bench.cellsummary import finish_cell
     from jouleprof.bench.modes import require
     from jouleprof.measurement import measure
     from jouleprof.store.rundir import CsvAppender
+    from jouleprof.workloads import registry as workloads
 
     t_enter = time.perf_counter()
     process_age_s = _process_age_s()  # interpreter start and imports, before this call

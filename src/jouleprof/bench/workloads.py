@@ -15,7 +15,7 @@ from jouleprof.workloads.registry import (  # noqa: F401
     register,
 )
 
-__all__ = ["Session", "Workload", "VJepa2Workload", "get", "names", "register"]
+__all__ = ["Session", "Workload", "get", "names", "register"]  # and VJepa2Workload, lazily
 
 
 def __getattr__(name: str) -> Any:

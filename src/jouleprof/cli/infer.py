@@ -40,7 +40,9 @@ def infer_cmd(
         float | None, typer.Option(help="Seconds of the energy loop (default 10 clip, 6 steady).")
     ] = None,
     num_classes: Annotated[int, typer.Option(help="Classes of a video model's head.", min=1)] = 20,
-    tiny: Annotated[bool, typer.Option(help="A video model's tiny config (CPU smoke test).")] = False,
+    tiny: Annotated[
+        bool, typer.Option(help="A video model's tiny config (CPU smoke test).")
+    ] = False,
     out: Annotated[Path | None, typer.Option(help="Run directory to create.")] = None,
 ) -> None:
     """Measure a model's inference: latency (mean/p50/p95), energy per clip, peak memory."""
@@ -51,8 +53,15 @@ def infer_cmd(
 
     try:
         cfg = InferConfig(
-            model=model, weights=weights, batch=batch, precision=precision, protocol=protocol,
-            warmup=warmup, passes=passes, sustained_s=sustained_s, num_classes=num_classes,
+            model=model,
+            weights=weights,
+            batch=batch,
+            precision=precision,
+            protocol=protocol,
+            warmup=warmup,
+            passes=passes,
+            sustained_s=sustained_s,
+            num_classes=num_classes,
             tiny=tiny,
         )
     except ValueError as e:
@@ -73,18 +82,26 @@ def infer_cmd(
     t.add_column("figure")
     t.add_column("value")
     t.add_row("latency mean", _fmt(r["latency_s_mean"] * 1e3, "ms"))
-    t.add_row("latency p50 / p95",
-              f"{r['latency_s_p50'] * 1e3:,.4g} / {r['latency_s_p95'] * 1e3:,.4g} ms")
+    t.add_row(
+        "latency p50 / p95", f"{r['latency_s_p50'] * 1e3:,.4g} / {r['latency_s_p95'] * 1e3:,.4g} ms"
+    )
     unit = "J/clip" if protocol == "clip" else "J/sample"
     if r.get("j_per_clip") is not None:
-        t.add_row(f"energy ({unit})", f"{r['j_per_clip']:,.4g} [{r['j_per_clip_lo']:,.4g} … "
-                  f"{r['j_per_clip_hi']:,.4g}] (measured)")
+        t.add_row(
+            f"energy ({unit})",
+            f"{r['j_per_clip']:,.4g} [{r['j_per_clip_lo']:,.4g} … "
+            f"{r['j_per_clip_hi']:,.4g}] (measured)",
+        )
         t.add_row("mean power", _fmt(r["power_w"], "W"))
     else:
         t.add_row(f"energy ({unit})", f"unavailable ({r['energy_note']})")
     t.add_row("energy window", f"{r['window_s']:.2f} s, {r['window_passes']} passes")
-    t.add_row("peak allocated memory", _fmt(r["peak_mem_mib"], "MiB") if r["peak_mem_mib"]
-              is not None else "unavailable (no CUDA device)")
+    t.add_row(
+        "peak allocated memory",
+        _fmt(r["peak_mem_mib"], "MiB")
+        if r["peak_mem_mib"] is not None
+        else "unavailable (no CUDA device)",
+    )
     err_console.print(t)
     note(f"run directory: {path} (run.json extra.inference)")
 

@@ -40,10 +40,13 @@ def probe_video(
     out: Annotated[Path, typer.Option(help="Probe directory (rerun the same command to resume).")],
     models: Annotated[
         str | None,
-        typer.Option(help="Comma-separated: videomae-b,timesformer-b,swin3d-b,hiera-b (default all)."),
+        typer.Option(
+            help="Comma-separated: videomae-b,timesformer-b,swin3d-b,hiera-b (default all)."
+        ),
     ] = None,
     methods: Annotated[
-        str | None, typer.Option(help="Comma-separated: full,lora,qlora,adalora,bitfit (default all).")
+        str | None,
+        typer.Option(help="Comma-separated: full,lora,qlora,adalora,bitfit (default all)."),
     ] = None,
     precisions: Annotated[
         str | None, typer.Option(help="Comma-separated: fp32,fp16,bf16,int8 (default all).")
@@ -59,12 +62,15 @@ def probe_video(
     timed_s: Annotated[float, typer.Option(help="Seconds of timed steps per cell.")] = 5.0,
     warmup_steps: Annotated[int, typer.Option(help="Untimed steps before the timed ones.")] = 3,
     num_classes: Annotated[int, typer.Option(help="Classes of the classifier head.")] = 20,
-    tiny: Annotated[bool, typer.Option(help="Tiny configs of each model (CPU smoke test).")] = False,
+    tiny: Annotated[
+        bool, typer.Option(help="Tiny configs of each model (CPU smoke test).")
+    ] = False,
     cells_per_process: Annotated[
         int,
         typer.Option(
             help="Cells per worker process (1: each its own; more saves start-up time, a crash "
-            "still ends only its own cell).", min=1,
+            "still ends only its own cell).",
+            min=1,
         ),
     ] = 1,
     cell_timeout_s: Annotated[float, typer.Option(help="Kill a cell after this long.")] = 600.0,
@@ -91,10 +97,16 @@ def probe_video(
         except ValueError:
             raise typer.BadParameter(f"--batch-sizes takes integers, got {batch_sizes!r}") from None
         spec = ProbeSpec(
-            **kw, batch_sizes=bs, checkpointing=_onoff(checkpointing),
+            **kw,
+            batch_sizes=bs,
+            checkpointing=_onoff(checkpointing),
             checkpointing_methods=_names(checkpointing_methods, "--checkpointing-methods"),
-            timed_s=timed_s, warmup_steps=warmup_steps, num_classes=num_classes, tiny=tiny,
-            cells_per_process=cells_per_process, cell_timeout_s=cell_timeout_s,
+            timed_s=timed_s,
+            warmup_steps=warmup_steps,
+            num_classes=num_classes,
+            tiny=tiny,
+            cells_per_process=cells_per_process,
+            cell_timeout_s=cell_timeout_s,
         )
     except ValueError as e:
         fail(str(e))
@@ -104,33 +116,52 @@ def probe_video(
 
     total = len(plan(spec))
     with Progress(
-        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-        TimeElapsedColumn(), console=err_console,
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err_console,
     ) as bar:
         task = bar.add_task("cells", total=total)
 
         def on_row(row):
             ck = "ckpt" if row["checkpointing"] else ""
-            extra = f"  {row.get('error')}" if row["status"] != "ok" else (
-                f"  {row['s_per_step']:.3f} s/step"
-                + (f", {row['j_per_step']:.1f} J/step" if row.get("j_per_step") is not None else "")
-                + (f", {row['peak_mem_mib']:.0f} MiB" if row.get("peak_mem_mib") is not None else "")
+            extra = (
+                f"  {row.get('error')}"
+                if row["status"] != "ok"
+                else (
+                    f"  {row['s_per_step']:.3f} s/step"
+                    + (
+                        f", {row['j_per_step']:.1f} J/step"
+                        if row.get("j_per_step") is not None
+                        else ""
+                    )
+                    + (
+                        f", {row['peak_mem_mib']:.0f} MiB"
+                        if row.get("peak_mem_mib") is not None
+                        else ""
+                    )
+                )
             )
             bar.console.print(
                 f"{row['model']:>13s} {row['method']:>7s} {row['precision']:>4s} {ck:>4s} "
-                f"b{row['batch']:<3d} {row['status']}{extra}", highlight=False,
+                f"b{row['batch']:<3d} {row['status']}{extra}",
+                highlight=False,
             )
             bar.advance(task)
 
         try:
-            counts = run_probe(spec, out, budget_s=budget_s, retry_errors=retry_errors, on_row=on_row)
+            counts = run_probe(
+                spec, out, budget_s=budget_s, retry_errors=retry_errors, on_row=on_row
+            )
         except KeyboardInterrupt:
             note(f"interrupted: rerun the same command to resume ({out})")
             raise typer.Exit(130) from None
         bar.update(task, completed=total - counts["left"])
     note(
         f"{counts['ran']} cell(s) run, {counts['refused']} refused, {counts['skipped']} already "
-        f"in {PROBE_CSV}, {counts['left']} left" + (" (budget spent: rerun to resume)" if counts["left"] else "")
+        f"in {PROBE_CSV}, {counts['left']} left"
+        + (" (budget spent: rerun to resume)" if counts["left"] else "")
     )
     note(f"probe table: {out / PROBE_CSV}")
 

@@ -96,7 +96,10 @@ def adapt(model, method: str, precision: str, cfg: AdaptConfig | None = None, de
     head = vc.head_name
     bits = 4 if method == "qlora" else prec.base_bits
     if bits is not None:
-        vc.quant = {"bits": bits, "layers": quantize_linears(vc.net, bits, compute_dtype(prec), (head,))}
+        vc.quant = {
+            "bits": bits,
+            "layers": quantize_linears(vc.net, bits, compute_dtype(prec), (head,)),
+        }
     else:
         vc.quant = None
     device = torch.device(device) if device is not None else torch.device("cpu")
@@ -155,16 +158,23 @@ def _peft(vc, method: str, cfg: AdaptConfig):
     vc.is_loaded_in_4bit = bits == 4
     if method == "adalora":
         pc = AdaLoraConfig(
-            init_r=cfg.adalora_init_r, target_r=cfg.adalora_target_r,
-            lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
-            target_modules=targets, total_step=cfg.total_steps,
-            tinit=max(0, cfg.total_steps // 10), tfinal=max(0, cfg.total_steps // 5),
+            init_r=cfg.adalora_init_r,
+            target_r=cfg.adalora_target_r,
+            lora_alpha=cfg.lora_alpha,
+            lora_dropout=cfg.lora_dropout,
+            target_modules=targets,
+            total_step=cfg.total_steps,
+            tinit=max(0, cfg.total_steps // 10),
+            tfinal=max(0, cfg.total_steps // 5),
             orth_reg_weight=cfg.adalora_orth_reg,
         )
     else:
         pc = LoraConfig(
-            r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
-            target_modules=targets, bias="none",
+            r=cfg.lora_r,
+            lora_alpha=cfg.lora_alpha,
+            lora_dropout=cfg.lora_dropout,
+            target_modules=targets,
+            bias="none",
         )
     pm = get_peft_model(vc, pc)
     head = _head_prefix(vc) + "."

@@ -62,9 +62,7 @@ def _hf(spec, cls_name: str, config_fn, num_classes, weights, tiny, frames, size
     cls = getattr(transformers, cls_name)
     if weights is not None:
         try:
-            net = cls.from_pretrained(
-                weights, num_labels=num_classes, ignore_mismatched_sizes=True
-            )
+            net = cls.from_pretrained(weights, num_labels=num_classes, ignore_mismatched_sizes=True)
         except OSError as e:
             raise JouleprofError(
                 f"cannot load {spec.name} weights from {weights!r}: {e}. Give a local model "
@@ -74,10 +72,20 @@ def _hf(spec, cls_name: str, config_fn, num_classes, weights, tiny, frames, size
     else:
         net = cls(config_fn(tiny, num_classes, frames, size))
         init = _init_record(None)
-    blocks = "videomae.encoder.layer" if cls_name.startswith("VideoMAE") else "timesformer.encoder.layer"
+    blocks = (
+        "videomae.encoder.layer" if cls_name.startswith("VideoMAE") else "timesformer.encoder.layer"
+    )
     return VideoClassifier(
-        spec, net, head_name="classifier", channels_first=False, hf_output=True,
-        block_names=(blocks,), num_classes=num_classes, frames=frames, size=size, init=init,
+        spec,
+        net,
+        head_name="classifier",
+        channels_first=False,
+        hf_output=True,
+        block_names=(blocks,),
+        num_classes=num_classes,
+        frames=frames,
+        size=size,
+        init=init,
     )
 
 
@@ -86,8 +94,13 @@ def _videomae_config(tiny, num_classes, frames, size):
 
     kw = dict(image_size=size, num_frames=frames, num_labels=num_classes, use_mean_pooling=True)
     if tiny:
-        kw.update(patch_size=8, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                  intermediate_size=64)
+        kw.update(
+            patch_size=8,
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=64,
+        )
     return VideoMAEConfig(**kw)
 
 
@@ -98,19 +111,40 @@ def _timesformer_config(tiny, num_classes, frames, size):
     # embeddings. Tiny: 2 native frames fed 4, the same interpolation.
     kw = dict(image_size=size, num_frames=2 if tiny else 8, num_labels=num_classes)
     if tiny:
-        kw.update(patch_size=8, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                  intermediate_size=64)
+        kw.update(
+            patch_size=8,
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=64,
+        )
     return TimesformerConfig(**kw)
 
 
 def build_videomae(spec, num_classes, *, weights, tiny, frames, size):
-    return _hf(spec, "VideoMAEForVideoClassification", _videomae_config, num_classes, weights,
-               tiny, frames, size)
+    return _hf(
+        spec,
+        "VideoMAEForVideoClassification",
+        _videomae_config,
+        num_classes,
+        weights,
+        tiny,
+        frames,
+        size,
+    )
 
 
 def build_timesformer(spec, num_classes, *, weights, tiny, frames, size):
-    return _hf(spec, "TimesformerForVideoClassification", _timesformer_config, num_classes,
-               weights, tiny, frames, size)
+    return _hf(
+        spec,
+        "TimesformerForVideoClassification",
+        _timesformer_config,
+        num_classes,
+        weights,
+        tiny,
+        frames,
+        size,
+    )
 
 
 def build_swin3d(spec, num_classes, *, weights, tiny, frames, size):
@@ -122,8 +156,13 @@ def build_swin3d(spec, num_classes, *, weights, tiny, frames, size):
     note = ""
     if tiny:
         net = sw.SwinTransformer3d(
-            patch_size=[2, 4, 4], embed_dim=16, depths=[2, 2], num_heads=[1, 2],
-            window_size=[2, 4, 4], stochastic_depth_prob=0.0, num_classes=num_classes,
+            patch_size=[2, 4, 4],
+            embed_dim=16,
+            depths=[2, 2],
+            num_heads=[1, 2],
+            window_size=[2, 4, 4],
+            stochastic_depth_prob=0.0,
+            num_classes=num_classes,
         )
     elif weights is not None and Path(weights).exists():
         net = sw.swin3d_b(weights=None, num_classes=num_classes)
@@ -147,8 +186,16 @@ def build_swin3d(spec, num_classes, *, weights, tiny, frames, size):
     n = patch_swin3d(net)
     init = _init_record(weights, (note + "; " if note else "") + f"{n} attention modules patched")
     return VideoClassifier(
-        spec, net, head_name="head", channels_first=True, hf_output=False,
-        block_names=("features",), num_classes=num_classes, frames=frames, size=size, init=init,
+        spec,
+        net,
+        head_name="head",
+        channels_first=True,
+        hf_output=False,
+        block_names=("features",),
+        num_classes=num_classes,
+        frames=frames,
+        size=size,
+        init=init,
     )
 
 
@@ -166,9 +213,14 @@ def build_hiera(spec, num_classes, *, weights, tiny, frames, size):
     note = ""
     # hiera_base_16x224's architecture, built directly so that another clip size can be given.
     video = dict(
-        q_stride=(1, 2, 2), mask_unit_size=(1, 8, 8), patch_kernel=(3, 7, 7),
-        patch_stride=(2, 4, 4), patch_padding=(1, 3, 3), sep_pos_embed=True,
-        input_size=(frames, size, size), num_classes=num_classes,
+        q_stride=(1, 2, 2),
+        mask_unit_size=(1, 8, 8),
+        patch_kernel=(3, 7, 7),
+        patch_stride=(2, 4, 4),
+        patch_padding=(1, 3, 3),
+        sep_pos_embed=True,
+        input_size=(frames, size, size),
+        num_classes=num_classes,
     )
     if tiny:
         net = hiera.Hiera(embed_dim=16, num_heads=1, stages=(1, 1, 1, 1), **video)
@@ -177,7 +229,9 @@ def build_hiera(spec, num_classes, *, weights, tiny, frames, size):
         note = _load_into(net, Path(weights))
     elif weights is not None:
         if (frames, size) != (16, 224):
-            raise JouleprofError("hiera-b checkpoints are for 16x224 clips: use frames=16, size=224")
+            raise JouleprofError(
+                "hiera-b checkpoints are for 16x224 clips: use frames=16, size=224"
+            )
         # A checkpoint name of hiera_base_16x224 (e.g. mae_k400_ft_k400), through torch.hub.
         net = hiera.hiera_base_16x224(pretrained=True, checkpoint=weights, num_classes=num_classes)
         note = f"hiera checkpoint {weights}"
@@ -186,8 +240,15 @@ def build_hiera(spec, num_classes, *, weights, tiny, frames, size):
     # Hiera's head applies softmax in eval mode; the interface returns logits in both modes.
     net.head.act_func = nn.Identity()
     return VideoClassifier(
-        spec, net, head_name="head.projection", channels_first=True, hf_output=False,
-        block_names=("blocks",), num_classes=num_classes, frames=frames, size=size,
+        spec,
+        net,
+        head_name="head.projection",
+        channels_first=True,
+        hf_output=False,
+        block_names=("blocks",),
+        num_classes=num_classes,
+        frames=frames,
+        size=size,
         init=_init_record(weights, note),
     )
 

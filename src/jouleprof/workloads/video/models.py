@@ -55,23 +55,47 @@ _SPECS: dict[str, ModelSpec] = {
     s.name: s
     for s in (
         ModelSpec(
-            "videomae-b", "videomae", IMAGENET_MEAN, IMAGENET_STD, 16, 224, ("query", "value"),
+            "videomae-b",
+            "videomae",
+            IMAGENET_MEAN,
+            IMAGENET_STD,
+            16,
+            224,
+            ("query", "value"),
             "MCG-NJU/videomae-base-finetuned-kinetics",
             "VideoMAE ViT-B/16, tubelet 2 (transformers)",
         ),
         ModelSpec(
-            "timesformer-b", "timesformer", KINETICS_MEAN, KINETICS_STD, 16, 224, ("qkv",),
+            "timesformer-b",
+            "timesformer",
+            KINETICS_MEAN,
+            KINETICS_STD,
+            16,
+            224,
+            ("qkv",),
             "facebook/timesformer-base-finetuned-k400",
             "TimeSformer-B divided space-time attention (transformers); natively 8 frames, "
             "fed 16 (time embeddings interpolated)",
         ),
         ModelSpec(
-            "swin3d-b", "swin3d", IMAGENET_MEAN, IMAGENET_STD, 16, 224, ("qkv",),
+            "swin3d-b",
+            "swin3d",
+            IMAGENET_MEAN,
+            IMAGENET_STD,
+            16,
+            224,
+            ("qkv",),
             "KINETICS400_V1",
             "Video Swin-B (torchvision swin3d_b); attention patched to call its qkv/proj modules",
         ),
         ModelSpec(
-            "hiera-b", "hiera", KINETICS_MEAN, KINETICS_STD, 16, 224, ("qkv",),
+            "hiera-b",
+            "hiera",
+            KINETICS_MEAN,
+            KINETICS_STD,
+            16,
+            224,
+            ("qkv",),
             "mae_k400_ft_k400",
             "Hiera-B video 16x224 (hiera-transformer)",
         ),
@@ -138,4 +162,6 @@ def build_model(
         raise ValueError("tiny configs are randomly initialized: leave weights out")
     frames = frames or (4 if tiny else spec.frames)
     size = size or (32 if tiny else spec.size)
-    return BUILDERS[spec.family](spec, num_classes, weights=weights, tiny=tiny, frames=frames, size=size)
+    return BUILDERS[spec.family](
+        spec, num_classes, weights=weights, tiny=tiny, frames=frames, size=size
+    )

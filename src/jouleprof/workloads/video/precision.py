@@ -57,7 +57,9 @@ def get_precision(name: str) -> Precision:
     try:
         return _PRECISIONS[name]
     except KeyError:
-        raise ValueError(f"unknown precision {name!r}: choose one of {', '.join(PRECISIONS)}") from None
+        raise ValueError(
+            f"unknown precision {name!r}: choose one of {', '.join(PRECISIONS)}"
+        ) from None
 
 
 def refusal(method: str, precision: str) -> str | None:

@@ -21,8 +21,7 @@ def _bnb():
         import bitsandbytes as bnb
     except ImportError as e:
         raise JouleprofError(
-            "4-bit / 8-bit bases need bitsandbytes: pip install 'jouleprof[quant]' "
-            "(and a CUDA GPU)"
+            "4-bit / 8-bit bases need bitsandbytes: pip install 'jouleprof[quant]' (and a CUDA GPU)"
         ) from e
     return bnb
 
@@ -41,16 +40,26 @@ def quantize_linears(model: nn.Module, bits: int, compute_dtype, skip: tuple[str
         has_bias = lin.bias is not None
         if bits == 4:
             q = bnb.nn.Linear4bit(
-                lin.in_features, lin.out_features, bias=has_bias, compute_dtype=compute_dtype,
-                compress_statistics=True, quant_type="nf4",
+                lin.in_features,
+                lin.out_features,
+                bias=has_bias,
+                compute_dtype=compute_dtype,
+                compress_statistics=True,
+                quant_type="nf4",
             )
             q.weight = bnb.nn.Params4bit(
-                lin.weight.data.clone(), requires_grad=False, quant_type="nf4",
-                compress_statistics=True, module=q,
+                lin.weight.data.clone(),
+                requires_grad=False,
+                quant_type="nf4",
+                compress_statistics=True,
+                module=q,
             )
         else:
             q = bnb.nn.Linear8bitLt(
-                lin.in_features, lin.out_features, bias=has_bias, has_fp16_weights=False,
+                lin.in_features,
+                lin.out_features,
+                bias=has_bias,
+                has_fp16_weights=False,
                 threshold=6.0,
             )
             q.weight = bnb.nn.Int8Params(

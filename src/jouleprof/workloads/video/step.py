@@ -118,7 +118,11 @@ class VideoTrainer:
 
         def make():
             return build_model(
-                cfg.model, cfg.num_classes, weights=cfg.weights, tiny=cfg.tiny, frames=frames,
+                cfg.model,
+                cfg.num_classes,
+                weights=cfg.weights,
+                tiny=cfg.tiny,
+                frames=frames,
                 size=size,
             )
 
@@ -232,7 +236,9 @@ class VideoTrainer:
             if not self._kept_grads:
                 self._backward(self._forward_loss(x, y))
                 self._kept_grads = [
-                    (p, p.grad.detach().clone()) for p in self.model.parameters() if p.grad is not None
+                    (p, p.grad.detach().clone())
+                    for p in self.model.parameters()
+                    if p.grad is not None
                 ]
             for p, g in self._kept_grads:
                 p.grad = g.clone()

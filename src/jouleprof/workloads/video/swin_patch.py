@@ -41,9 +41,7 @@ def _attention(self, x: torch.Tensor) -> torch.Tensor:
     q = q * (c // num_heads) ** -0.5
     attn = q.matmul(k.transpose(-2, -1)) + rel_bias
     if sum(shift_size) > 0:
-        mask = sw._compute_attention_mask_3d(
-            x, (tp, hp, wp), tuple(window_size), tuple(shift_size)
-        )
+        mask = sw._compute_attention_mask_3d(x, (tp, hp, wp), tuple(window_size), tuple(shift_size))
         attn = attn.view(x.size(0) // num_windows, num_windows, num_heads, x.size(1), x.size(1))
         attn = attn + mask.unsqueeze(1).unsqueeze(0)
         attn = attn.view(-1, num_heads, x.size(1), x.size(1))
