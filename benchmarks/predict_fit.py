@@ -61,6 +61,11 @@ def main(argv=None) -> int:
     ap.add_argument("--features", type=Path, default=None, help="predict_features.py output")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--ship", action="store_true")
+    ap.add_argument(
+        "--reuse-predictions",
+        action="store_true",
+        help="ship from the predictions.csv already in --out (no new evaluation)",
+    )
     args = ap.parse_args(argv)
 
     from jouleprof.predict.dataset import load_dataset
@@ -72,8 +77,13 @@ def main(argv=None) -> int:
         assemble(args.raw, args.features, args.out)
     ds = load_dataset(args.out)
     gpu = load_gpu("h200")
-    preds = leave_family_out(ds, gpu, progress=lambda f: print(f"holding out {f}", flush=True))
-    preds.to_csv(args.out / "predictions.csv", index=False)
+    if args.reuse_predictions:
+        import pandas as pd
+
+        preds = pd.read_csv(args.out / "predictions.csv")
+    else:
+        preds = leave_family_out(ds, gpu, progress=lambda f: print(f"holding out {f}", flush=True))
+        preds.to_csv(args.out / "predictions.csv", index=False)
     table = metrics_table(preds)
     table.to_csv(args.out / "metrics.csv", index=False)
     (args.out / "metrics.md").write_text(markdown(table))

@@ -9,7 +9,7 @@ Layout of a dataset directory (benchmarks/results/predict_dataset/):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from jouleprof.predict.features import ModelFeatures, OpRecord, aggregate_layers, features_at
@@ -59,12 +59,23 @@ class Dataset:
 
     def _features(self, spec: str, precision: str, batch: int) -> ModelFeatures | None:
         f1 = self._traced(spec, precision, 1)
-        if batch == 1 or f1 is None:
-            return f1
-        f2 = self._traced(spec, precision, 2)
-        if f2 is None:
+        if f1 is None:
             return None
-        return f1 if batch == 1 else features_at(f1, f2, batch, self._types(spec))
+        if batch != 1:
+            f2 = self._traced(spec, precision, 2)
+            f1 = None if f2 is None else features_at(f1, f2, batch, self._types(spec))
+        return None if f1 is None else replace(f1, module_calls=self._module_calls(spec))
+
+    def _module_calls(self, spec: str) -> int:
+        """Module calls of one pass (the GPU side counted them; the same at every batch)."""
+        if "calls" not in self._cache:
+            lay = self.layers
+            if "calls" in lay.columns and "config_id" in lay.columns:
+                per = lay.groupby(["spec", "config_id"])["calls"].sum()
+                self._cache["calls"] = per.groupby(level=0).median().astype(int).to_dict()
+            else:
+                self._cache["calls"] = {}
+        return int(self._cache["calls"].get(spec, 0))
 
     @property
     def _by(self) -> dict:

@@ -1,7 +1,9 @@
 """Leave-family-out validation of the layer-wise predictor against three baselines.
 
 For each architecture family, everything is fitted on the other families and the family's
-models are predicted. Baselines, fitted on the same training rows:
+models are predicted. "layerwise" times passes with efficiency.py (roofline with learned
+efficiencies and the host's pace); "layerwise_gbt" is the same fit timed by the trees on
+per-layer CUDA-event times. Baselines, fitted on the same training rows:
 - flops_x_jpf: FLOPs x a fitted J/FLOP (the median over training rows of the same precision and
   batch);
 - tdp_x_roofline: the power limit (700 W on the H200) x the summed operator roofline time;
@@ -15,6 +17,7 @@ J/sample, share within +-10 %, Spearman rank correlation.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 
@@ -22,7 +25,7 @@ from jouleprof.predict.dataset import Dataset
 from jouleprof.predict.layerwise import LayerwisePredictor, RooflinePredictor, layer_matrix
 from jouleprof.predict.roofline import GpuSpec
 
-METHODS = ("layerwise", "flops_x_jpf", "tdp_x_roofline", "roofline")
+METHODS = ("layerwise", "layerwise_gbt", "flops_x_jpf", "tdp_x_roofline", "roofline")
 
 
 def _roofline_sum(feats, gpu: GpuSpec) -> float:
@@ -48,8 +51,10 @@ def leave_family_out(ds: Dataset, gpu: GpuSpec, *, seed: int = 0, progress=None)
             progress(fam)
         try:
             pred = fit_layerwise(ds, train, gpu, seed=seed)
+            # the same fit, timed by the trees on per-layer CUDA-event times instead
+            gbt = replace(pred, eff_model=None)
         except ValueError as e:
-            pred = None
+            pred = gbt = None
             note = str(e)
         jpf = {}
         for (p, b), g in train.groupby(["precision", "batch"]):
@@ -66,12 +71,13 @@ def leave_family_out(ds: Dataset, gpu: GpuSpec, *, seed: int = 0, progress=None)
                 continue
             base = {"family": fam, "spec": t.spec, "precision": t.precision,
                     "batch": int(t.batch), "j_meas": t.j_meas, "s_meas": t.s_per_pass}  # fmt: skip
-            if pred is not None:
-                pr = pred.predict(f, gpu)
-                out.append({**base, "method": "layerwise", "j_pred": pr.j_per_sample,
-                            "s_pred": pr.s_per_batch})  # fmt: skip
-            else:
-                out.append({**base, "method": "layerwise", "j_pred": None, "note": note})
+            for name, pm in (("layerwise", pred), ("layerwise_gbt", gbt)):
+                if pm is not None:
+                    pr = pm.predict(f, gpu)
+                    out.append({**base, "method": name, "j_pred": pr.j_per_sample,
+                                "s_pred": pr.s_per_batch})  # fmt: skip
+                else:
+                    out.append({**base, "method": name, "j_pred": None, "note": note})
             k = jpf.get((t.precision, int(t.batch)))
             out.append({**base, "method": "flops_x_jpf",
                         "j_pred": k * f.flops / t.batch if k else None})  # fmt: skip
@@ -135,4 +141,5 @@ def train_shipped(ds: Dataset, gpu: GpuSpec, pred_df, seed: int = 0) -> Layerwis
 
     rows = ds.models[ds.models["protocol"] == "short"].reset_index(drop=True)
     pred = fit_layerwise(ds, rows, gpu, seed=seed, log_err_q=log_error_quantiles(pred_df))
-    return pred
+    # the efficiency model times the passes; the trees (hundreds of kB) are not needed to predict
+    return replace(pred, time_model=None) if pred.eff_model is not None else pred

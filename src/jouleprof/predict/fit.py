@@ -14,8 +14,15 @@ import math
 import numpy as np
 
 from jouleprof.predict.dataset import Dataset
-from jouleprof.predict.layerwise import LayerwisePredictor, energy_terms, layer_matrix
+from jouleprof.predict.layerwise import (
+    LayerwisePredictor,
+    _predict_log_s,
+    energy_terms,
+    layer_matrix,
+)
 from jouleprof.predict.roofline import GpuSpec
+
+TIME_KINDS = ("efficiency", "gbt")
 
 
 def _layer_training(ds: Dataset, rows, gpu: GpuSpec) -> tuple[np.ndarray, np.ndarray]:
@@ -41,15 +48,18 @@ def _layer_training(ds: Dataset, rows, gpu: GpuSpec) -> tuple[np.ndarray, np.nda
 
 def fit_time_model(x: np.ndarray, y: np.ndarray, seed: int = 0):
     from sklearn.ensemble import HistGradientBoostingRegressor
+    from threadpoolctl import threadpool_limits
 
     from jouleprof.predict.layerwise import LAYER_FEATURES
 
     cat = [LAYER_FEATURES.index("category")]
     model = HistGradientBoostingRegressor(
-        max_iter=300, learning_rate=0.08, max_leaf_nodes=31, min_samples_leaf=20,
+        max_iter=200, learning_rate=0.1, max_leaf_nodes=31, min_samples_leaf=20,
         categorical_features=cat, random_state=seed,
     )  # fmt: skip
-    return model.fit(x, y)
+    # small problem: one thread is faster than OpenMP's spinning on a shared machine
+    with threadpool_limits(1):
+        return model.fit(x, y)
 
 
 def _model_terms(ds: Dataset, rows, gpu: GpuSpec, time_model):
@@ -61,20 +71,34 @@ def _model_terms(ds: Dataset, rows, gpu: GpuSpec, time_model):
             out.append(None)
             continue
         x, _ = layer_matrix(feats, gpu)
-        s = float((10.0 ** time_model.predict(x)).sum()) if len(x) else 0.0
+        s = float((10.0 ** _predict_log_s(time_model, x)).sum())
         out.append((s, feats.launches, energy_terms(feats)))
     return out
 
 
 def fit_layerwise(ds: Dataset, rows, gpu: GpuSpec, *, seed: int = 0,
-                  log_err_q: dict | None = None) -> LayerwisePredictor:  # fmt: skip
+                  log_err_q: dict | None = None, time_kind: str = "efficiency",
+                  ) -> LayerwisePredictor:  # fmt: skip
     """Fit on `rows` (DataFrame rows of ds.models with spec, precision, batch, passes, s_per_pass,
     energy_j)."""
     from scipy.optimize import nnls
 
+    if time_kind not in TIME_KINDS:
+        raise ValueError(f"time_kind must be one of {TIME_KINDS}, got {time_kind!r}")
     x, y = _layer_training(ds, rows, gpu)
     tm = fit_time_model(x, y, seed)
     terms = _model_terms(ds, rows, gpu, tm)
+    eff = None
+    if time_kind == "efficiency":
+        from jouleprof.predict.efficiency import fit_efficiency, roof_groups
+
+        erows = []
+        for r in rows.itertuples():
+            f = ds.features(r.spec, r.precision, int(r.batch))
+            if f is not None:
+                g, n = roof_groups(f.ops, gpu)
+                erows.append((g, n, f.module_calls, float(r.s_per_pass)))
+        eff = fit_efficiency(erows)
     ok = [i for i, t in enumerate(terms) if t is not None and t[0] > 0]
     if len(ok) < 4:
         raise ValueError(f"only {len(ok)} whole-model rows have features: need >= 4 to fit")
@@ -91,11 +115,14 @@ def fit_layerwise(ds: Dataset, rows, gpu: GpuSpec, *, seed: int = 0,
     k, _ = nnls(w, np.ones(len(ok)))
     k = k / scale
     info = {"n_layer_rows": int(len(y)), "n_model_rows": len(ok),
-            "families": sorted(set(sub["family"]))}  # fmt: skip
+            "families": sorted(set(sub["family"])),
+            "precisions": sorted(set(sub["precision"])),
+            "batches": sorted(int(b) for b in set(sub["batch"]))}  # fmt: skip
     return LayerwisePredictor(
         time_model=tm,
         pass_coef=tuple(float(c) for c in coef),
         energy_coef=tuple(float(v) for v in k),
         log_err_q=log_err_q or {},
-        info=info,
+        info={**info, "time_kind": time_kind},
+        eff_model=eff,
     )

@@ -111,6 +111,16 @@ def energy_terms(feats: ModelFeatures) -> np.ndarray:
     return np.array([half, fp32, other, nbytes])
 
 
+def _predict_log_s(model, x: np.ndarray) -> np.ndarray:
+    """The time model's log10 seconds for rows `x` (one thread: the rows are few)."""
+    if not len(x):
+        return np.zeros(0)
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(1):
+        return np.asarray(model.predict(x), dtype=float)
+
+
 class RooflinePredictor:
     """Uncalibrated: roofline time with a launch floor, power interpolated by utilization."""
 
@@ -156,6 +166,9 @@ class LayerwisePredictor:
     """Per batch regime ("b1", "b<=16", "b>16"): 5th and 95th percentile of log(measured/predicted)
     J/sample on held-out families."""
     info: dict = field(default_factory=dict)
+    eff_model: object = None
+    """An efficiency.EfficiencyTimeModel: where set, it gives the pass and layer times instead
+    of the trees and pass_coef."""
     name = "layerwise (trained on H200 measurements)"
     calibrated = True
 
@@ -166,8 +179,12 @@ class LayerwisePredictor:
 
     def predict(self, feats: ModelFeatures, gpu: GpuSpec) -> Prediction:
         x, keep = layer_matrix(feats, gpu)
-        t_layers = 10.0 ** np.asarray(self.time_model.predict(x)) if len(x) else np.zeros(0)
-        t = self.pass_time_s(float(t_layers.sum()), feats.launches, gpu)
+        if self.eff_model is not None:
+            t = self.eff_model.pass_time(feats, gpu)
+            t_layers = self.eff_model.layer_times(feats, gpu, [lay.module for lay, _ in keep])
+        else:
+            t_layers = 10.0 ** _predict_log_s(self.time_model, x)
+            t = self.pass_time_s(float(t_layers.sum()), feats.launches, gpu)
         p, *k = self.energy_coef
         terms = energy_terms(feats)
         e = p * t + float(np.dot(k, terms))
@@ -184,6 +201,14 @@ class LayerwisePredictor:
         regime = "b1" if feats.batch == 1 else "b<=16" if feats.batch <= 16 else "b>16"
         lo_q, hi_q = self.log_err_q.get(regime, (-0.3, 0.3))
         notes = []
+        seen_p, seen_b = self.info.get("precisions"), self.info.get("batches")
+        if seen_p and feats.precision not in seen_p:
+            lo_q, hi_q = 2 * lo_q - 0.2, 2 * hi_q + 0.2
+            notes.append(f"no {feats.precision} measurements were in the training data (only "
+                         f"{', '.join(seen_p)}): unvalidated, the interval widened")  # fmt: skip
+        if seen_b and feats.batch not in seen_b:
+            notes.append(f"batch {feats.batch} was not measured (trained on batches "
+                         f"{', '.join(map(str, seen_b))}): interpolated, unvalidated")  # fmt: skip
         if not gpu.validated:
             # another GPU: the ceilings move the roofline, but nothing was validated there
             lo_q, hi_q = 2 * lo_q - 0.1, 2 * hi_q + 0.1
