@@ -380,6 +380,9 @@ def attribute_cmd(
     if sim is not None and device is None:
         device = sim.get("device", "sim0")
         err_console.print(f"[bold magenta]{sim.get('note', 'SIMULATED GPU')}[/]", highlight=False)
+    if sim is not None and method == "regression" and bins is None:
+        # The simulated phases draw flat power: bins add nothing but cost (a CPU's long phases).
+        opts["bins"] = False
     _say_status(run_dir)
     with covered_view(run_dir, device) as (view, view_notes):
         for n in view_notes:
