@@ -96,6 +96,8 @@ def test_video_workload_session_marks_data_forward_backward_optimizer():
             and 0 < facts["parameters"]["trainable"] < facts["parameters"]["total"]
         )
         assert facts["init"]["source"] == "random"
+        flops = facts["flops_per_sample"]
+        assert flops["forward_backward_flops"] > flops["forward_flops"] > 0
         assert set(s.replays()) >= {"forward", "forward+backward", "optimizer"}
         assert s.samples_per_step == 2
     finally:

@@ -150,7 +150,37 @@ class _VideoSession:
         return self.trainer.replays(*self._fixed)
 
     def facts(self) -> dict[str, Any]:
-        return self.trainer.facts()
+        facts = self.trainer.facts()
+        facts["flops_per_sample"] = self._count_flops()
+        return facts
+
+    def _count_flops(self) -> dict[str, Any]:
+        """FLOPs of one clip's forward and forward+backward (torch FlopCounterMode: matmuls,
+        convolutions, attention), on one clip of the fixed batch; nothing is stepped."""
+        try:
+            from torch.utils.flop_counter import FlopCounterMode
+
+            x, y = self._batch(True)
+            x, y = x[:1], y[:1]
+            tr = self.trainer
+            with FlopCounterMode(display=False) as fc:
+                with self._torch.no_grad():
+                    tr._forward_loss(x, y)
+            fwd = fc.get_total_flops()
+            with FlopCounterMode(display=False) as fc:
+                tr._forward_loss(x, y).backward()
+            tr.optimizer.zero_grad(set_to_none=True)
+            fb = fc.get_total_flops()
+        except Exception as e:  # a count we cannot make is said, not guessed
+            return {"value": None, "reason": f"FLOP counting failed: {type(e).__name__}: {e}"}
+        if not fb:
+            return {"value": None, "reason": "FlopCounterMode counted no FLOPs (custom kernels)"}
+        return {
+            "forward_flops": float(fwd),
+            "forward_backward_flops": float(fb),
+            "method": "counted: torch FlopCounterMode on one clip (4-bit / 8-bit kernels of "
+            "bitsandbytes are not counted)",
+        }
 
     def peak_memory_bytes(self) -> int | None:
         if self.device.type != "cuda":
