@@ -163,9 +163,8 @@ class _VideoSession:
             x, y = self._batch(True)
             x, y = x[:1], y[:1]
             tr = self.trainer
-            with FlopCounterMode(display=False) as fc:
-                with self._torch.no_grad():
-                    tr._forward_loss(x, y)
+            with FlopCounterMode(display=False) as fc, self._torch.no_grad():
+                tr._forward_loss(x, y)
             fwd = fc.get_total_flops()
             with FlopCounterMode(display=False) as fc:
                 tr._forward_loss(x, y).backward()
