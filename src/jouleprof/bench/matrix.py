@@ -89,7 +89,7 @@ class MatrixResult:
     skipped: list[str] = field(default_factory=list)
     """Not run: a skip rule said so, the time budget was spent, or the study was stopped."""
     ran: list[str] = field(default_factory=list)
-    """The cells this call ran."""
+    """The cells this call ran (or, on Slurm, waited for), in the order they were started."""
     statuses: dict[str, str] = field(default_factory=dict)
     """cell_id -> complete | oom | failed | incomplete | missing | a skip rule's status."""
     index_path: Path | None = None
@@ -258,6 +258,7 @@ class Plan:
             while self._queue and not self.stopped:
                 cell = self._queue.pop(0)
                 if self._runnable(cell):
+                    self.ran.append(cell.cell_id)  # in the order cells start
                     return cell
             return None
 
@@ -285,8 +286,6 @@ class Plan:
         cdir.mkdir(parents=True)
         entry = {"started_at": time.strftime("%Y-%m-%dT%H:%M:%S"), "host": os.uname().nodename}
         self._write_cell_json(cell, cdir, [*history, {**entry, **attempt}])
-        with self.lock:
-            self.ran.append(cell.cell_id)
         return cdir
 
     @staticmethod
