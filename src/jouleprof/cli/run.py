@@ -51,9 +51,10 @@ def video_cmd(
         float | None,
         typer.Option(help="Testing aid: a simulated GPU at this constant power (labelled so)."),
     ] = None,
-    out: Annotated[Path, typer.Option(help="Run directory to create.")] = Path(
-        "jouleprof-runs/video"
-    ),
+    out: Annotated[
+        Path | None,
+        typer.Option(help="Run directory to create (default: jouleprof-runs/video-<...>-<time>)."),
+    ] = None,
 ) -> None:
     """Fine-tune a video classifier, metered per phase; validation, test and deployment cost
     metered separately; NetScore variants with intervals in run.json."""
@@ -94,6 +95,11 @@ def video_cmd(
         )
     except ValueError as e:
         fail(str(e))
+    if out is None:
+        import time
+
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        out = Path("jouleprof-runs") / f"video-{model}-{method}-{precision}-{stamp}"
     try:
         path = run_video(cfg, out)
     except (ValueError, JouleprofError) as e:
