@@ -123,7 +123,7 @@ def evaluate_cmd(
     if json_out:
         print(table.to_json(orient="records"))
         return
-    out_console.print(table.to_string(index=False, float_format=lambda v: f"{v:.2f}"))
+    print(table.to_string(index=False, float_format=lambda v: f"{v:.2f}"))  # no line wrapping
 
 
 def register_predict(predict_app: typer.Typer) -> None:
