@@ -1,0 +1,61 @@
+"""benchmarks/video_probe_savings.py: each method against full fine-tuning of the same cell
+coordinates, energy ratios bounded by both cells' bounds; the committed H200 table rebuilds."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _row(method, mem, s, j, lo, hi, status="ok", model="m", ck="off"):
+    return {
+        "model": model,
+        "method": method,
+        "precision": "bf16",
+        "batch": "4",
+        "checkpointing": ck,
+        "status": status,
+        "trainable_params": "10",
+        "peak_mem_mib": str(mem),
+        "s_per_step": str(s),
+        "j_per_step": str(j),
+        "j_per_step_lo": str(lo),
+        "j_per_step_hi": str(hi),
+        "error": "",
+    }
+
+
+def test_ratios_against_full_with_combined_bounds(load_benchmark):
+    sv = load_benchmark("video_probe_savings")
+    rows = [
+        _row("full", 1000, 0.2, 40, 38, 42),
+        _row("lora", 800, 0.1, 30, 29, 31),
+        _row("full", 500, 0.3, 60, 57, 63, ck="on"),
+        _row("bitfit", "", "", "", "", "", status="error"),
+    ]
+    out = {(r["method"], r["checkpointing"]): r for r in sv.savings(rows)}
+    lora = out[("lora", "off")]
+    assert lora["mem_vs_full"] == pytest.approx(0.8)
+    assert lora["s_vs_full"] == pytest.approx(0.5)
+    assert lora["j_vs_full"] == pytest.approx(0.75)
+    assert lora["j_vs_full_lo"] == pytest.approx(29 / 42)
+    assert lora["j_vs_full_hi"] == pytest.approx(31 / 38)
+    assert out[("full", "on")]["j_vs_full"] == pytest.approx(1.0)  # its own baseline
+    assert "j_vs_full" not in out[("bitfit", "off")]
+
+
+def test_the_committed_h200_savings_rebuild(load_benchmark, tmp_path):
+    src = ROOT / "benchmarks/results/video_probe/probe/probe.csv"
+    if not src.exists():
+        pytest.skip("no committed probe results")
+    sv = load_benchmark("video_probe_savings")
+    sv.main([str(src), "--out", str(tmp_path / "s")])
+    with (ROOT / "benchmarks/results/video_probe/savings.csv").open() as f:
+        committed = list(csv.DictReader(f))
+    with (tmp_path / "s.csv").open() as f:
+        rebuilt = list(csv.DictReader(f))
+    assert rebuilt == committed
