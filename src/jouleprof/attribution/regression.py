@@ -34,10 +34,12 @@ How the fit stays unbiased and its interval honest:
    do. A grid found further off than the margins its readings were labelled with is moved and
    the readings labelled again.
 4. The confidence interval is a moving-block bootstrap over the rows in time order (`bootstrap`:
-   blocks of `block_s` keep the correlation of neighbouring rows, which share refresh edges),
-   widened by what the bootstrap cannot see: the remaining uncertainty of σ and of the
-   placement, and, where long phases are cut into bins, how far bins twice as long move each
-   phase (`regression_choice`). It is never narrower than ±`min_rel_halfwidth` (0.1 %), and
+   blocks of at least `block_s` keep the correlation of neighbouring rows, which share refresh
+   edges, and are lengthened to the residuals' own correlation time where the power drifts
+   slowly), widened by what the bootstrap cannot see: the remaining uncertainty of σ and of
+   the placement, and, where long phases are cut into bins, how far bins twice as long move
+   each phase, or, where bins were tried and not kept, how far the bins move it
+   (`regression_choice`). It is never narrower than ±`min_rel_halfwidth` (0.1 %), and
    is widened further when the steps run in lockstep with the sensor.
 
 Assumptions, stated so a user can judge a result:
