@@ -109,7 +109,7 @@ def _meta(argv: list[str]) -> dict:
     except Exception as e:  # noqa: BLE001 — a report, not a requirement
         blas = f"unavailable: {e}"
     return {
-        "date_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "date_utc": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "git_commit": _git_commit(),
         "host": platform.node(),
         "cpu_count": os.cpu_count(),
@@ -126,7 +126,7 @@ def _meta(argv: list[str]) -> dict:
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", type=Path, required=True, help="output directory")
+    ap.add_argument("--out", type=Path, help="output directory")
     ap.add_argument(
         "--runs",
         nargs="+",
@@ -143,10 +143,33 @@ def main(argv: list[str] | None = None) -> None:
     )
     ap.add_argument("--timeout-s", type=float, default=900.0, help="limit for one attribution")
     ap.add_argument("--child", nargs=2, metavar=("RUN", "METHOD"), help=argparse.SUPPRESS)
+    ap.add_argument(
+        "--compare",
+        nargs=2,
+        metavar=("OLD_DIR", "NEW_DIR"),
+        help="compare the results/<run>.json of two --out folders (exit 1 if they differ)",
+    )
     a = ap.parse_args(argv)
     if a.child:
         _child(*a.child)
         return
+    if a.compare:
+        ok = True
+        for p_old in sorted((Path(a.compare[0]) / "results").glob("*.json")):
+            p_new = Path(a.compare[1]) / "results" / p_old.name
+            if not p_new.is_file():
+                print(f"{p_old.stem}: no new result")
+                ok = False
+                continue
+            same, lines = compare_results(
+                json.loads(p_old.read_text()), json.loads(p_new.read_text())
+            )
+            print(f"{p_old.stem}: {'same' if same else 'DIFFERENT'}")
+            print("\n".join(lines))
+            ok &= same
+        raise SystemExit(0 if ok else 1)
+    if a.out is None:
+        ap.error("--out is required")
     a.out.mkdir(parents=True, exist_ok=True)
     (a.out / "results").mkdir(exist_ok=True)
     meta = _meta(argv)
@@ -198,6 +221,52 @@ def main(argv: list[str] | None = None) -> None:
     _print_table(run_rows, stage_rows)
 
 
+def compare_results(old: dict, new: dict, tol: float = 0.1) -> tuple[bool, list[str]]:
+    """Whether two attributions of a run (AttributionResult.to_json(), e.g. two code versions'
+    results/<run>.json) agree: the same phases resolved, every estimate within `tol` × the
+    old interval's half-width, the same notes. Returns (same, lines saying how far)."""
+    same, out = True, []
+    new_devs = {d["device"]: d for d in new["devices"]}
+    for d_old in old["devices"]:
+        dev = d_old["device"]
+        d_new = new_devs.get(dev)
+        if d_new is None:
+            return False, [f"{dev}: missing from the new result"]
+        po = {p["phase"]: p for p in d_old["phases"]}
+        pn = {p["phase"]: p for p in d_new["phases"]}
+        ro = {k for k, p in po.items() if p["resolved"]}
+        rn = {k for k, p in pn.items() if p["resolved"]}
+        if ro != rn or set(po) != set(pn):
+            same = False
+            out.append(
+                f"{dev}: resolved differ (old only {sorted(ro - rn)}, new only {sorted(rn - ro)})"
+            )
+        worst = 0.0
+        for k in sorted(ro & rn):
+            o, n = po[k], pn[k]
+            half = 0.5 * (o["energy_hi_j"] - o["energy_lo_j"])
+            move = abs(n["energy_j"] - o["energy_j"]) / half if half > 0 else float("inf")
+            worst = max(worst, move)
+            half_new = 0.5 * (n["energy_hi_j"] - n["energy_lo_j"])
+            out.append(
+                f"  {dev} {k:30s} {o['energy_j']:.6g} ±{half:.4g} -> {n['energy_j']:.6g} "
+                f"±{half_new:.4g} J: moved {move:.2g} half-widths"
+            )
+        same &= worst <= tol
+        if d_old["notes"] != d_new["notes"]:
+            same = False
+            out += [f"{dev}: notes differ"] + [
+                f"    old: {a}\n    new: {b}"
+                for a, b in zip(d_old["notes"], d_new["notes"], strict=False)
+                if a != b
+            ]
+        n_phase_notes = sum(po[k]["note"] != pn[k]["note"] for k in set(po) & set(pn))
+        out.append(
+            f"{dev}: worst move {worst:.2g} half-widths; phase notes differing: {n_phase_notes}"
+        )
+    return same, out
+
+
 def _write_csv(path: Path, rows: list[dict]) -> None:
     cols: list[str] = []
     for r in rows:
@@ -209,16 +278,16 @@ def _write_csv(path: Path, rows: list[dict]) -> None:
 
 
 def _print_table(run_rows: list[dict], stage_rows: list[dict]) -> None:
-    print(
-        f"{'run':8s} {'samples':>8s} {'spans':>6s} {'buffer':>7s} {'wall_s':>8s} {'cpu_s':>8s} {'MiB':>6s}  resolved"
-    )
+    head = ("run", "samples", "spans", "buffer", "wall_s", "cpu_s", "MiB")
+    print("{:8s} {:>8s} {:>6s} {:>7s} {:>8s} {:>8s} {:>6s}  resolved".format(*head))
     for r in run_rows:
         if "error" in r:
             print(f"{r['run']:8s} {r['error']}")
             continue
+        sizes = [r[k] or 0 for k in ("n_samples", "n_spans", "n_buffer")]
         print(
-            f"{r['run']:8s} {r['n_samples'] or 0:8d} {r['n_spans'] or 0:6d} {r['n_buffer'] or 0:7d} "
-            f"{r['wall_s']:8.1f} {r['cpu_s']:8.1f} {r['maxrss_mib']:6.0f}  {r['n_resolved']}/{r['n_phases']}"
+            f"{r['run']:8s} {sizes[0]:8d} {sizes[1]:6d} {sizes[2]:7d} {r['wall_s']:8.1f} "
+            f"{r['cpu_s']:8.1f} {r['maxrss_mib']:6.0f}  {r['n_resolved']}/{r['n_phases']}"
         )
     top = [s for s in stage_rows if s["stage"].count("/") <= 2 and s["repeat"] == 0]
     for run in dict.fromkeys(s["run"] for s in top):
