@@ -79,7 +79,7 @@ def test_one_rank_torchrun_measures_its_own_board(tmp_path):
     assert energy["value"] is not None and energy["value"] > 0
     assert energy["source"] == "measured"
     own = json.loads((out1 / "ranks" / "rank0" / "run.json").read_text())["summary"]
-    (own_j,) = [v["value"] for k, v in own.items() if k.startswith("gpu") and k.endswith(".energy_j")]
+    (own_j,) = [v["value"] for k, v in own.items() if k.startswith("gpu") and k[-8:] == "energy_j"]
     assert energy["value"] == pytest.approx(own_j, rel=1e-6)  # one board, counted once
     prof = json.loads((out2 / "run.json").read_text())
     assert prof["extra"]["distributed"]["ranks_reported"] == [0]
