@@ -154,9 +154,18 @@ def test_unknown_device_and_unknown_option(run_dir):
 
 
 def test_unreadable_span_times(run_dir):
+    # A damaged row (as a crash leaves) costs its step, with a note; the rest is attributed.
     spans = pd.read_csv(run_dir / "spans.csv")
     spans["t1_s"] = spans["t1_s"].astype(object)
+    step = int(spans.loc[5, "step"])
     spans.loc[5, "t1_s"] = "soon"
+    spans.to_csv(run_dir / "spans.csv", index=False)
+    rd = RunDir(run_dir)
+    assert step not in set(rd.read_spans()["step"])
+    assert any("unreadable" in n for n in rd.notes)
+    assert attribute(run_dir, "regression").devices[0].n_steps > 0
+    # Reversed times are no crash's doing and stay an error.
+    spans.loc[5, "t1_s"] = float(spans.loc[5, "t0_s"]) - 1.0
     spans.to_csv(run_dir / "spans.csv", index=False)
     with pytest.raises(AttributionError, match="unreadable or reversed"):
         attribute(run_dir, "regression")

@@ -148,7 +148,15 @@ def test_garbage_rows_are_dropped_and_the_rest_kept(tmp_path, table, data):
     df = read(rd)  # never raises on a damaged row
     got = _as_tuples(df, cols)
     untouched = [_norm(rows[i - 1]) for i in range(1, len(lines)) if i not in bad_at]
+    # spans.csv leaves out a damaged row's whole step (its other phases would take its time)
+    lost_steps = {
+        float(damaged[i].split(",")[0])
+        for i in bad_at
+        if table == "spans" and damaged[i].split(",")[0].strip().isdigit()
+    }
     for r in untouched:  # every undamaged row is there
+        if table == "spans" and r[0] in lost_steps:
+            continue
         assert r in got
     assert len(got) <= len(lines) - 1
 

@@ -191,8 +191,18 @@ class RunDir:
         return df.sort_values("t_s", kind="stable").reset_index(drop=True)
 
     def read_spans(self):  # -> pandas.DataFrame
-        df = self._read_csv(SPANS_CSV, SPAN_COLUMNS[:4], key=SPAN_COLUMNS[:4])
+        """spans.csv as a DataFrame. A step one of whose rows was unreadable is left out
+        whole (with a note): with a phase missing, its other phases would take its time."""
+        dropped: list[list[str]] = []
+        df = self._read_csv(SPANS_CSV, SPAN_COLUMNS[:4], key=SPAN_COLUMNS[:4], dropped=dropped)
         df["phase"] = df["phase"].astype(str)
+        bad = sorted({int(r[0]) for r in dropped if r and r[0].strip().isdigit()} & set(df["step"]))
+        if bad:
+            df = df[~df["step"].isin(bad)].reset_index(drop=True)
+            more = " …" if len(bad) > 5 else ""
+            n = f"spans.csv: left out step(s) {bad[:5]}{more} whole: a row of each was unreadable"
+            if n not in self.notes:
+                self.notes.append(n)
         return df
 
     def read_phases(self, name: str = PHASES_CSV):  # -> pandas.DataFrame
@@ -215,7 +225,13 @@ class RunDir:
     def has(self, name: str) -> bool:
         return (self.path / name).is_file()
 
-    def _read_csv(self, name: str, required: Sequence[str], key: Sequence[str] = ()):
+    def _read_csv(
+        self,
+        name: str,
+        required: Sequence[str],
+        key: Sequence[str] = (),
+        dropped: list[list[str]] | None = None,
+    ):
         """A table of the run, tolerant of a crash (`read_csv_tolerant`); its notes are added
         to `self.notes`.
 
@@ -225,7 +241,7 @@ class RunDir:
         p = self.path / name
         if not p.is_file():
             raise RunDirError(f"{self.path} has no {name}")
-        df, notes = read_csv_tolerant(p, required, key)
+        df, notes = read_csv_tolerant(p, required, key, dropped)
         for n in notes:
             if n not in self.notes:
                 self.notes.append(n)
@@ -237,7 +253,12 @@ STRING_COLUMNS = frozenset({"device", "phase", "method", "note", "source", "segm
 """Columns read as text; every other column of a run's CSV files is a number (or empty)."""
 
 
-def read_csv_tolerant(path: Path, required: Sequence[str] = (), key: Sequence[str] = ()):
+def read_csv_tolerant(
+    path: Path,
+    required: Sequence[str] = (),
+    key: Sequence[str] = (),
+    dropped: list[list[str]] | None = None,
+):
     """Read one of a run's CSV files as a crash left it; returns (DataFrame, notes).
 
     Keeps every complete row. Drops, each with a note: a last line without its newline (a
@@ -282,6 +303,8 @@ def read_csv_tolerant(path: Path, required: Sequence[str] = (), key: Sequence[st
     rows = list(csv.reader(io.StringIO(body))) if body else []
     n = len(header)
     whole = [r for r in rows if len(r) == n]
+    if dropped is not None:
+        dropped.extend(r for r in rows if len(r) != n)
     if len(whole) < len(rows):
         notes.append(
             f"{path.name}: dropped {len(rows) - len(whole)} row(s) with the wrong number of fields"
@@ -307,6 +330,8 @@ def read_csv_tolerant(path: Path, required: Sequence[str] = (), key: Sequence[st
         df[col] = num
     if bad.any():
         notes.append(f"{path.name}: dropped {int(bad.sum())} row(s) that do not parse")
+        if dropped is not None:
+            dropped.extend(whole[i] for i in np.flatnonzero(bad))
         df = df[~bad].reset_index(drop=True)
     return df, notes
 
@@ -358,7 +383,8 @@ def spans_covered(spans, samples, device: str | None = None):
     s0, s1 = float(d["t_s"].min()), float(d["t_s"].max())
     per_step = spans.groupby("step").agg(t0=("t0_s", "min"), t1=("t1_s", "max"))
     keep = per_step.index[(per_step["t0"] >= s0) & (per_step["t1"] <= s1)]
-    if len(keep) == len(per_step):
+    if len(keep) == len(per_step) or len(keep) == 0:
+        # None covered is no crash but two clocks: attribution's own check says so.
         return spans, None
     cut = len(per_step) - len(keep)
     note = (
