@@ -1,6 +1,8 @@
-"""measure() and jouleprof.profile under torchrun on a real GPU, one rank (NCCL): the rank
-measures its own board from NVML, the reduction reports it once, and the profile's phases are
-attributed from the measured samples (not the simulated GPU)."""
+"""measure() and jouleprof.profile under torchrun on a real GPU, one rank (NCCL).
+
+A world of one rank is a plain run (`distributed.context.current` is None there): the record is
+the ordinary single-process one, measured from NVML, with no reduction and no ranks/ folder, and
+the profile's phases are attributed from the measured samples (not the simulated GPU)."""
 
 from __future__ import annotations
 
@@ -73,16 +75,11 @@ def test_one_rank_torchrun_measures_its_own_board(tmp_path):
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
     assert r.returncode == 0, r.stderr[-3000:]
     rec = json.loads((out1 / "run.json").read_text())
-    red = rec["extra"]["distributed"]
-    assert red["ranks_reported"] == [0] and red["gpus_used"] == 1 and not red["shared_gpus"]
-    energy = rec["summary"]["gpu_energy_j"]
-    assert energy["value"] is not None and energy["value"] > 0
-    assert energy["source"] == "measured"
-    own = json.loads((out1 / "ranks" / "rank0" / "run.json").read_text())["summary"]
-    (own_j,) = [v["value"] for k, v in own.items() if k.startswith("gpu") and k[-8:] == "energy_j"]
-    assert energy["value"] == pytest.approx(own_j, rel=1e-6)  # one board, counted once
-    prof = json.loads((out2 / "run.json").read_text())
-    assert prof["extra"]["distributed"]["ranks_reported"] == [0]
-    phases = (out2 / "ranks" / "rank0" / "phases.csv").read_text()
+    assert "distributed" not in rec.get("extra", {}) and not (out1 / "ranks").exists()
+    (energy,) = [
+        v for k, v in rec["summary"].items() if k.startswith("gpu") and k[-8:] == "energy_j"
+    ]
+    assert energy["source"] == "measured" and energy["value"] > 0
+    phases = (out2 / "phases.csv").read_text()
     assert "forward" in phases and "backward" in phases
     assert "simulated" not in phases  # measured on the board, not the simulated GPU
