@@ -185,13 +185,13 @@ def test_power_buffer_and_other_tables_read_tolerantly(tmp_path):
 def test_spans_past_the_last_sample_keep_the_covered_steps():
     import pandas as pd
 
-    samples = pd.DataFrame({"t_s": [0.0, 1.0, 2.0], "device": ["gpu0"] * 3})
+    samples = pd.DataFrame({"t_s": [0.0, 1.0, 2.0, 3.0], "device": ["gpu0"] * 4})
     spans = pd.DataFrame(
         {
             "step": [0, 0, 1, 1, 2],
             "phase": ["a", "b"] * 2 + ["a"],
             "t0_s": [0.1, 0.5, 1.0, 1.5, 1.9],
-            "t1_s": [0.5, 0.9, 1.5, 1.9, 2.4],
+            "t1_s": [0.5, 0.9, 1.5, 1.9, 3.4],
         }
     )
     kept, note = spans_covered(spans, samples)
@@ -199,6 +199,10 @@ def test_spans_past_the_last_sample_keep_the_covered_steps():
     assert "1 of 3 steps" in note
     same, none = spans_covered(spans[spans["step"] < 2], samples)
     assert none is None and len(same) == 4
+    # After a crash, a step ending in the sampler's last refreshes has no reading after it.
+    late = spans.assign(t1_s=spans["t1_s"].where(spans["step"] != 1, 2.8))
+    kept, note = spans_covered(late, samples)
+    assert sorted(kept["step"].unique()) == [0] and "2 of 3 steps" in note
 
 
 def _record(tmp_path, **extra):

@@ -370,6 +370,10 @@ def _read_fast(lines: list[str], header: list[str], key: Sequence[str]):
     return df
 
 
+CRASH_END_MARGIN_S = 0.3
+"""After a crash, steps must end this long before the last sample (three ~100 ms refreshes)."""
+
+
 def spans_covered(spans, samples, device: str | None = None):
     """The spans of the steps that lie inside the samples' time range; returns (spans, note).
 
@@ -385,6 +389,12 @@ def spans_covered(spans, samples, device: str | None = None):
     keep = per_step.index[(per_step["t0"] >= s0) & (per_step["t1"] <= s1)]
     if len(keep) == len(per_step) or len(keep) == 0:
         # None covered is no crash but two clocks: attribution's own check says so.
+        return spans, None
+    # A crash: a value read at r belongs to the sensor's last refresh before r, so a step that
+    # ends in the sampler's last refresh periods has no reading after it (seen: a step ending
+    # 24 ms before the last sample, 63 ms after the last counter refresh). Keep a margin.
+    keep = per_step.index[(per_step["t0"] >= s0) & (per_step["t1"] <= s1 - CRASH_END_MARGIN_S)]
+    if len(keep) == 0:
         return spans, None
     cut = len(per_step) - len(keep)
     note = (
