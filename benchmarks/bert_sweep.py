@@ -103,6 +103,16 @@ def plan() -> list[dict]:
     rows += [_c(24, 1024, 16, 256, 16, "holdout"), _c(*base, "repeat")]
     for strategy in ("ddp", "fsdp", "tp"):  # each wrapper's own cost on one GPU (world size 1)
         rows.append({**_c(*base, "strategy-1gpu"), "strategy": strategy})
+    # added after the first call (appended, so earlier ids stay): compute-bound rows at large
+    # hidden sizes (all smaller than the held-out model) and repeats for the repeatability floor
+    rows += [
+        _c(12, 1024, 16, 512, 32, "compute"),
+        _c(6, 1536, 24, 512, 16, "compute"),
+        _c(4, 2048, 32, 256, 32, "compute"),
+        _c(8, 1280, 20, 512, 32, "compute"),
+        _c(24, 1024, 16, 512, 32, "repeat"),
+        _c(12, 768, 12, 512, 32, "repeat"),
+    ]
     for i, r in enumerate(rows):
         r["order"] = i
         r.setdefault("strategy", "none")
@@ -110,6 +120,19 @@ def plan() -> list[dict]:
         if r["strategy"] != "none":
             r["id"] += f"-{r['strategy']}"
     return rows
+
+
+# The order configurations run in (by plan index; the rest follow in plan order): what the law
+# lacks first (compute-bound large hidden sizes, the third held-out point), then the one-GPU
+# strategy rows and the repeats, then the small mixed points.
+RUN_FIRST = (21, 37, 23, 38, 26, 32, 39, 40, 30, 29, 34, 35, 36, 41, 33, 42)
+
+
+def run_order(rows: list[dict]) -> list[dict]:
+    """`rows` in the order they run: RUN_FIRST's indices, then the others in plan order."""
+    by_order = {r["order"]: r for r in rows}
+    first = [by_order[i] for i in RUN_FIRST if i in by_order]
+    return first + [r for r in rows if r["order"] not in RUN_FIRST]
 
 
 def smoke_plan() -> list[dict]:
@@ -167,7 +190,7 @@ def worker(args) -> int:
     from jouleprof.workloads.bert_protocol import run_protocol
 
     out = Path(args.out)
-    rows = smoke_plan() if args.smoke else plan()
+    rows = smoke_plan() if args.smoke else run_order(plan())
     done = _done_ids(out)
     deadline = args.deadline
     for r in rows:
