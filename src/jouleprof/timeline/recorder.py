@@ -225,6 +225,9 @@ class PhaseRecorder:
         config: a full `RecorderConfig` (replaces the two arguments above and `sync`).
         close_sink: `close()` also closes the sink (the recorder is its only writer).
         record: a `RunRecord` whose `extra["phase_recorder"]` gets `stats` at `close()`.
+        excite: an `ExciteConfig` (`timeline.excite`): short random gaps between the phases
+            of some steps of a calibration window, recorded as phase ``excite_gap``, so that
+            attribution can tell phases apart; None: none (the default).
 
     Phases outside any step belong to the step that begins next (a "data" fetch before
     `step()` is counted with the step it feeds). Steps are numbered from 0.
@@ -244,6 +247,7 @@ class PhaseRecorder:
         config: RecorderConfig | None = None,
         close_sink: bool = True,
         record: Any = None,
+        excite: Any = None,
     ) -> None:
         self.config = config or RecorderConfig(
             sync=sync, max_pending_steps=max_pending_steps, anchor_interval_s=anchor_interval_s
@@ -290,6 +294,11 @@ class PhaseRecorder:
                 self._torch, self.device, self.config, self.stats, self._to_s
             )
             self._mark = self._events.mark
+        self._excite = None
+        if excite is not None:
+            from jouleprof.timeline.excite import Exciter
+
+            self._excite = Exciter(excite, clock, self._torch, self.device)
 
     # -- the PhaseMarker interface -----------------------------------------------------------
 
@@ -350,6 +359,9 @@ class PhaseRecorder:
 
     def begin_phase(self, name: str) -> None:
         """Open a phase (nested under the open one, if any)."""
+        ex = self._excite
+        if ex is not None and self._group and len(self._stack) == self._step_depth:
+            ex.before_phase(self, self._step, name)
         n = self._n_boundaries
         self._n_boundaries = n + 1
         timed = not (n & self._sample_mask)
@@ -493,6 +505,8 @@ class PhaseRecorder:
                 self.sink.close()
             if self._record is not None:
                 self._record.extra["phase_recorder"] = self.stats.to_json()
+                if self._excite is not None:
+                    self._record.extra["excite"] = self._excite.to_json()
 
     def __enter__(self) -> PhaseRecorder:
         return self
@@ -506,6 +520,11 @@ class PhaseRecorder:
     def anchors(self) -> list[ClockAnchor]:
         """The anchors taken so far (cuda-events mode)."""
         return self._events.anchors if self._events is not None else []
+
+    @property
+    def exciter(self) -> Any:
+        """The `timeline.excite.Exciter` putting excitation gaps, or None."""
+        return self._excite
 
     @property
     def pending_steps(self) -> int:
