@@ -1,18 +1,24 @@
 """Collect the inference-energy dataset the layer-wise predictor learns from (one H200 call).
 
-One `jouleprof.measure` run covers the whole collection (counter read every refresh, NVML's
-20 ms power buffer recorded); every measured window is a span in its spans.csv, so each window's
-energy comes from the counter afterwards (timeline.windows, with bounds). Per configuration
-(model x precision x batch), in priority order until --budget-s is spent:
+Every window is measured with `jouleprof infer --protocol steady`'s own loop
+(`jouleprof.bench.infer_loop.steady_window` inside `inference_context`: inference_mode and autocast
+entered once around every pass, 3 warm-up passes, a synchronize after each pass, the window's
+edges read densely), so the predictor learns what a user's `jouleprof infer` measures; only the
+window's length differs (--window-s, default 1.5 s, against the command's >= 6 s).
 
-- whole-model steady window: eval, inference_mode, autocast at the precision (entered per pass;
-  none for fp32), random normal input on the GPU, 3 warm-up passes (+ --settle-s), then passes with
-  a synchronize after each for --window-s seconds -> models.csv (passes, seconds, span).
+One `jouleprof.measure` run covers the collection (counter read every refresh, NVML's 20 ms power
+buffer recorded); every window is a span in its spans.csv, and its energy comes from the counter
+afterwards (timeline.windows, with bounds). Per configuration (model x precision x batch), in the
+order of PLAN until --budget-s is spent:
+
+- whole-model steady window -> models.csv (passes, seconds, span);
 - per-layer times: --layer-passes extra passes with a CUDA event at every module's entry and exit
-  -> layers.csv (each module's own time: its span minus its children's).
-- the full protocol (>= 6 s windows) on a few configurations at the end (--protocol-check), so
-  the short windows' bias against the 6 s protocol is measured, not assumed.
-- ceilings first (matmul per precision, copy bandwidth, launch overhead) -> ceilings.json.
+  -> layers.csv (each module's own time: its span minus its children's);
+- ceilings first (matmul per precision, copy bandwidth, launch overhead) -> ceilings_run_NNN.json;
+- at the end, CHECKS re-measured with the command's >= 6 s window (protocol "full"), then
+  `jouleprof infer --protocol steady` itself (a subprocess, its own run directory under e2e/) on
+  E2E, models the predictor never saw -> e2e.csv, for the end-to-end check against
+  `jouleprof predict infer` (benchmarks/predict_e2e.py, offline).
 
 Resumable: a rerun into the same --out starts a new run_NNN/ and skips configurations already in
 models.csv. An error or OOM is a row. Smoke test on a CPU:
@@ -55,10 +61,23 @@ MODELS = [
     ("densenet", "torchvision:densenet201"), ("resnet", "torchvision:wide_resnet50_2"),
     ("vit", "timm:vit_base_patch32_224"), ("efficientnet", "timm:efficientnet_b1"),
 ]  # fmt: skip
-TIERS = [("bf16", 64), ("bf16", 1), ("fp32", 64), ("bf16", 256), ("bf16", 8), ("fp32", 1),
-         ("fp32", 256), ("fp32", 8)]  # fmt: skip
+# (precision, batch, how many of MODELS): most informative first. The first two re-measure the
+# validation targets on the shared loop; then fp32 and the batch sizes not measured before.
+PLAN = [("bf16", 64, None), ("bf16", 1, None), ("fp32", 64, None), ("bf16", 256, 20),
+        ("bf16", 16, 20), ("fp32", 1, 20), ("bf16", 256, None), ("bf16", 16, None),
+        ("fp16", 64, None), ("fp32", 1, None), ("fp32", 256, None)]  # fmt: skip
+# re-measured with the full >= 6 s window (the short windows' bias, measured)
+CHECKS = [("timm:efficientnet_b0", "bf16", 64), ("torchvision:resnet50", "bf16", 1),
+          ("timm:convnext_tiny", "fp32", 64)]  # fmt: skip
+# `jouleprof infer` end to end on models not in MODELS (a family never seen: squeezenet, ghostnet)
+E2E = [("torchvision:resnet34", "bf16", 64), ("timm:deit_tiny_patch16_224", "bf16", 1),
+       ("torchvision:squeezenet1_1", "bf16", 64), ("timm:efficientnet_b2", "fp32", 64),
+       ("timm:ghostnet_100", "bf16", 16)]  # fmt: skip
+E2E_S = 17.0
+"""Seconds one `jouleprof infer` subprocess takes on the H200 (start-up, 1 s idle, build, 6 s)."""
 SMOKE_MODELS = [("resnet", "torchvision:resnet18"), ("vit", "timm:vit_tiny_patch16_224")]
-SMOKE_TIERS = [("bf16", 1), ("fp32", 2)]
+SMOKE_PLAN = [("bf16", 1, None), ("fp32", 2, None)]
+SMOKE_E2E = [("torchvision:squeezenet1_1", "fp32", 1)]
 MODEL_COLUMNS = ["config_id", "run", "family", "spec", "precision", "batch", "status", "passes",
                  "window_s", "s_per_pass", "t0_s", "t1_s", "protocol", "peak_mem_bytes",
                  "error"]  # fmt: skip
@@ -138,39 +157,46 @@ def timed_layers(model, x, run_pass, sync, passes: int):
     return out
 
 
-def run_config(model, shape, precision, batch, device, window_s, settle_s, clock):
-    """The steady protocol: returns (passes, t0, t1, run_pass). Raises on OOM/errors."""
+def run_config(model, x, precision, window_s, settle_s, m):
+    """One steady window of `jouleprof infer`'s loop inside the open measurement `m`.
+
+    Returns (window, run_pass): run_pass is one more pass (run it inside inference_context)."""
+    from jouleprof.bench.infer_loop import inference_context, measurement_edges, steady_window
+
+    now, edge = measurement_edges(m)
+    with inference_context(precision, x.device):
+        w = steady_window(model, x, precision=precision, window_s=window_s, settle_s=settle_s,
+                          now=now, on_edge=edge)  # fmt: skip
+    return w, lambda: model(x)
+
+
+def autocast_casts_per_pass(device: str) -> list[int]:
+    """Cast kernels a half-precision pass of a 3-layer MLP dispatches, in 3 passes inside one
+    inference_context: equal counts mean autocast re-casts the weights every pass (no cache under
+    inference_mode), a drop after the first means it caches them."""
     import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
 
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
-    x = torch.randn((batch, *shape), device=device)
-    cuda = device.startswith("cuda")
-    sync = torch.cuda.synchronize if cuda else (lambda: None)
-    dev_type = "cuda" if cuda else "cpu"
+    from jouleprof.bench.infer_loop import inference_context
 
-    def run_pass():
-        with (
-            torch.inference_mode(),
-            torch.autocast(dev_type, dtype=dtype, enabled=dtype is not None),
-        ):
-            model(x)
+    class Count(TorchDispatchMode):
+        n = 0
 
-    for _ in range(3):
-        run_pass()
-        sync()
-    t_end = time.perf_counter() + settle_s
-    while time.perf_counter() < t_end:
-        run_pass()
-        sync()
-    t0 = clock.now_s()
-    n = 0
-    while True:
-        run_pass()
-        sync()
-        n += 1
-        t1 = clock.now_s()
-        if t1 - t0 >= window_s:
-            return n, t0, t1, run_pass, sync, x
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if "to" in str(func.name()).split("::")[-1].split(".")[0]:
+                Count.n += 1
+            return func(*args, **(kwargs or {}))
+
+    net = torch.nn.Sequential(*[torch.nn.Linear(16, 16) for _ in range(3)]).to(device).eval()
+    x = torch.randn(2, 16, device=device)
+    out = []
+    with inference_context("bf16", torch.device(device)):
+        for _ in range(3):
+            Count.n = 0
+            with Count():
+                net(x)
+            out.append(Count.n)
+    return out
 
 
 def _meta(args, out: Path, device: str) -> dict:
@@ -214,32 +240,111 @@ def _meta(args, out: Path, device: str) -> dict:
 
 
 def plan(models, tiers, done: set[str]):
-    return [(fam, spec, prec, b) for prec, b in tiers for fam, spec in models
-            if config_id(spec, prec, b) not in done]  # fmt: skip
+    """(family, spec, precision, batch) in PLAN order, each configuration once, none done."""
+    out, seen = [], set(done)
+    for prec, b, first in tiers:
+        for fam, spec in models[:first]:
+            cid = config_id(spec, prec, b)
+            if cid not in seen:
+                seen.add(cid)
+                out.append((fam, spec, prec, b))
+    return out
+
+
+def safe_name(spec: str) -> str:
+    return spec.replace(":", "_").replace("/", "_")
+
+
+E2E_COLUMNS = ["spec", "precision", "batch", "status", "rc", "run_dir", "j_per_sample",
+               "j_per_sample_lo", "j_per_sample_hi", "s_per_batch", "window_s", "window_passes",
+               "power_w", "energy_note", "wall_s", "error"]  # fmt: skip
+
+
+def run_e2e(spec: str, precision: str, batch: int, out: Path, sustained_s: float | None) -> dict:
+    """`jouleprof infer --protocol steady` in a subprocess: one row of e2e.csv."""
+    src = Path(__file__).resolve().parents[1] / "src"
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(src), env.get("PYTHONPATH")) if p)
+    run_dir = out / "e2e" / f"{safe_name(spec)}__{precision}__b{batch}"
+    cmd = [
+        sys.executable,
+        "-m",
+        "jouleprof.cli.main",
+        "infer",
+        "--model",
+        spec,
+        "--batch",
+        str(batch),
+        "--precision",
+        precision,
+        "--protocol",
+        "steady",
+        "--out",
+        str(run_dir),
+    ]
+    if sustained_s is not None:
+        cmd += ["--sustained-s", str(sustained_s)]  # fmt: skip
+    row = {"spec": spec, "precision": precision, "batch": batch, "run_dir": str(run_dir.name)}
+    t = time.perf_counter()
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120, check=False)
+        row["rc"] = r.returncode
+        if r.returncode != 0:
+            row.update(status="error", error=(r.stderr or r.stdout).strip()[-300:])
+    except subprocess.TimeoutExpired:
+        row.update(status="error", error="timed out after 120 s")
+    row["wall_s"] = round(time.perf_counter() - t, 2)
+    rec = run_dir / "run.json"
+    if rec.exists():
+        inf = json.loads(rec.read_text()).get("extra", {}).get("inference") or {}
+        if inf:
+            row["status"] = row.get("status") or "ok"
+            row.update(j_per_sample=inf.get("j_per_clip"), j_per_sample_lo=inf.get("j_per_clip_lo"),
+                       j_per_sample_hi=inf.get("j_per_clip_hi"),
+                       s_per_batch=inf.get("latency_s_mean"), window_s=inf.get("window_s"),
+                       window_passes=inf.get("window_passes"), power_w=inf.get("power_w"),
+                       energy_note=inf.get("energy_note"))  # fmt: skip
+    row.setdefault("status", "error")
+    return row
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument(
-        "--budget-s", type=float, default=400.0, help="stop starting configs after this"
+        "--budget-s",
+        type=float,
+        default=400.0,
+        help="stop starting configurations (and end-to-end runs) after this",
     )
     ap.add_argument("--window-s", type=float, default=1.5, help="measured window per config")
-    ap.add_argument("--settle-s", type=float, default=0.3, help="extra warm-up after 3 passes")
+    ap.add_argument(
+        "--settle-s",
+        type=float,
+        default=0.0,
+        help="synchronized passes after the 3 warm-ups (jouleprof infer: 0)",
+    )
     ap.add_argument("--layer-passes", type=int, default=2)
     ap.add_argument(
-        "--protocol-check",
+        "--checks",
         type=int,
-        default=4,
-        help="configs re-measured with the full >= 6 s protocol at the end",
+        default=len(CHECKS),
+        help="how many of CHECKS to re-measure with the full window at the end",
     )
     ap.add_argument("--protocol-s", type=float, default=6.0)
+    ap.add_argument(
+        "--e2e",
+        type=int,
+        default=len(E2E),
+        help="how many of E2E to measure with `jouleprof infer` at the end",
+    )
     ap.add_argument("--ceilings-s", type=float, default=0.8)
     ap.add_argument("--smoke", action="store_true", help="tiny CPU run with a simulated GPU")
     args = ap.parse_args(argv)
 
     import torch
 
+    from jouleprof.bench.infer_loop import inference_context, random_input
     from jouleprof.measurement import MeasureConfig, measure
     from jouleprof.types import Span
     from jouleprof.workloads.zoo import resolve
@@ -248,8 +353,11 @@ def main(argv=None) -> int:
     if smoke and not args.smoke:
         print("no CUDA GPU: running the smoke configuration on the CPU", file=sys.stderr)
     device = "cpu" if smoke else "cuda"
-    models, tiers = (SMOKE_MODELS, SMOKE_TIERS) if smoke else (MODELS, TIERS)
+    models, tiers = (SMOKE_MODELS, SMOKE_PLAN) if smoke else (MODELS, PLAN)
+    checks = [] if smoke else CHECKS[: args.checks]
+    e2e = (SMOKE_E2E if smoke else E2E)[: args.e2e]
     window_s, protocol_s = (0.2, 0.4) if smoke else (args.window_s, args.protocol_s)
+    e2e_s = 8.0 if smoke else E2E_S
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
     k = 0
@@ -258,6 +366,8 @@ def main(argv=None) -> int:
     run_name = f"run_{k:03d}"
     meta = _meta(args, out, device)
     meta["run_dir"] = run_name
+    meta["loop"] = "jouleprof.bench.infer_loop.steady_window (jouleprof infer --protocol steady)"
+    meta["autocast_casts_per_pass"] = autocast_casts_per_pass(device)
     (out / f"meta_{run_name}.json").write_text(json.dumps(meta, indent=2))
     models_csv = out / "models.csv"
     todo = plan(models, tiers, done_ids(models_csv))
@@ -297,18 +407,17 @@ def main(argv=None) -> int:
                         net = zm.factory()
                     cache[spec] = (net.eval().to(device), zm.input_shape)
                 model, shape = cache[spec]
-                if device == "cuda":
-                    torch.cuda.reset_peak_memory_stats()
-                n, t0, t1, run_pass, sync, x = run_config(
-                    model, shape, prec, batch, device, win, args.settle_s, m.clock
-                )
-                mark(cid, t0, t1)
-                row.update(status="ok", passes=n, window_s=t1 - t0, s_per_pass=(t1 - t0) / n,
-                           t0_s=t0, t1_s=t1)  # fmt: skip
+                x = random_input(batch, tuple(shape), device)
+                w, run_pass = run_config(model, x, prec, win, args.settle_s, m)
+                mark(cid, w.t0_s, w.t1_s)
+                row.update(status="ok", passes=w.passes, window_s=w.window_s,
+                           s_per_pass=w.window_s / w.passes, t0_s=w.t0_s, t1_s=w.t1_s)  # fmt: skip
                 if device == "cuda":
                     row["peak_mem_bytes"] = torch.cuda.max_memory_allocated()
                     if protocol == "short" and args.layer_passes > 0:
-                        lay = timed_layers(model, x, run_pass, sync, args.layer_passes)
+                        sync = torch.cuda.synchronize
+                        with inference_context(prec, x.device):
+                            lay = timed_layers(model, x, run_pass, sync, args.layer_passes)
                         for path, d in lay.items():
                             lrows.write({"config_id": cid, "spec": spec, "precision": prec,
                                          "batch": batch, "module": path, **d})  # fmt: skip
@@ -324,7 +433,7 @@ def main(argv=None) -> int:
             mrows.write(row)
             return row
 
-        reserve = 0.0 if smoke else args.protocol_check * (protocol_s + 1.5)
+        reserve = len(checks) * (protocol_s + 1.5) + len(e2e) * e2e_s
         n_ok = 0
         for i, (fam, spec, prec, b) in enumerate(todo):
             if time.perf_counter() - t_start > args.budget_s - reserve:
@@ -334,15 +443,28 @@ def main(argv=None) -> int:
             n_ok += r["status"] == "ok"
             print(f"[{time.perf_counter() - t_start:6.1f}s] {r['status']:5s} {r['config_id']} "
                   f"{r.get('s_per_pass', float('nan')) * 1e3:.2f} ms/pass", flush=True)  # fmt: skip
-        checks = [(f, s) for f, s in models[: args.protocol_check]]
-        for fam, spec in checks:
-            if time.perf_counter() - t_start > args.budget_s:
+        fams = dict((s_, f) for f, s_ in models)
+        for spec, prec, b in checks:
+            if time.perf_counter() - t_start > args.budget_s - len(e2e) * e2e_s:
                 break
-            r = one(fam, spec, "bf16", 64 if not smoke else 1, protocol_s, "full")
+            r = one(fams.get(spec, "check"), spec, prec, b, protocol_s, "full")
             print(f"[{time.perf_counter() - t_start:6.1f}s] {r['status']:5s} {r['config_id']}",
                   flush=True)  # fmt: skip
+        cache.clear()
     mrows.close()
     lrows.close()
+    if device == "cuda":
+        torch.cuda.empty_cache()
+    erows = Rows(out / "e2e.csv", E2E_COLUMNS)
+    for spec, prec, b in e2e:  # after the collection's measurement is closed: one board reader
+        if time.perf_counter() - t_start > args.budget_s:
+            print("budget reached before the end-to-end runs were done", flush=True)
+            break
+        r = run_e2e(spec, prec, b, out, 0.5 if smoke else None)
+        erows.write(r)
+        print(f"[{time.perf_counter() - t_start:6.1f}s] e2e {r['status']:5s} {spec} {prec} b{b} "
+              f"{r.get('j_per_sample')} J/sample (jouleprof infer)", flush=True)  # fmt: skip
+    erows.close()
     try:
         from predict_energy import window_table  # benchmarks/predict_energy.py
 

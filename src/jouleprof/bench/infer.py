@@ -8,7 +8,8 @@ Protocols (`InferConfig.protocol`):
   gives the energy per clip from the energy counter's window over it, with its bounds.
 - steady: eval mode, inference_mode, autocast at the precision, 3 warm-ups, then synchronized
   passes for ≥ `sustained_s` (≥ 6 s) give both the latency and the energy:
-  J/sample = energy / (passes × batch).
+  J/sample = energy / (passes × batch). The loop is `bench.infer_loop.steady_window`, the one
+  the inference predictor's dataset is collected with (benchmarks/predict_collect.py).
 
 `infer_cost(forward, x, m, cfg)` runs a protocol inside an open `jouleprof.measure` and returns
 the timings and the window; `finish_cost(run_dir, result)` adds the energies once the run is
@@ -17,14 +18,12 @@ closed (its samples are complete then). `run_infer` does both for a model by nam
 
 from __future__ import annotations
 
-import gc
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 PROTOCOLS = ("clip", "steady")
-EDGE_DENSE_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -119,6 +118,8 @@ def build(cfg: InferConfig, device) -> tuple[Any, Any, dict[str, Any]]:
         ) from e
     if cfg.weights is not None:
         raise ValueError("--weights is for the video models; zoo models are randomly initialized")
+    from jouleprof.bench.infer_loop import random_input
+
     zm = resolve(cfg.model)
     model = zm.factory().to(device).eval()
     facts = {
@@ -126,7 +127,7 @@ def build(cfg: InferConfig, device) -> tuple[Any, Any, dict[str, Any]]:
         "input_shape": list(zm.input_shape),
         "parameters": sum(p.numel() for p in model.parameters()),
     }
-    x = torch.randn(cfg.batch, *zm.input_shape, device=device, generator=g)
+    x = random_input(cfg.batch, tuple(zm.input_shape), device)
     return model, x, facts
 
 
@@ -149,35 +150,37 @@ def _stats(times_s: list[float]) -> dict[str, float]:
 
 
 def infer_cost(forward, x, m, cfg: InferConfig) -> dict[str, Any]:
-    """Run the protocol on `forward(x)` inside the open measurement `m` (None: timings only)."""
+    """Run the protocol on `forward(x)` inside the open measurement `m` (None: timings only).
+
+    The steady protocol is `bench.infer_loop.steady_window`, the loop the inference predictor's
+    dataset was measured with."""
     import torch
 
-    from jouleprof.workloads.video.precision import autocast
+    from jouleprof.bench.infer_loop import (
+        device_sync,
+        inference_context,
+        measurement_edges,
+        reset_device,
+        steady_window,
+    )
 
     device = x.device
     cuda = device.type == "cuda"
-
-    def sync():
-        if cuda:
-            torch.cuda.synchronize(device)
-
-    def dense():
-        if m is not None and m.sampler.devices:
-            m.sampler.densify(EDGE_DENSE_S, read_now=True)
-
-    def now():
-        return m.clock.now_s() if m is not None else time.perf_counter()
+    sync = device_sync(device)
+    now, dense = measurement_edges(m)
 
     out: dict[str, Any] = {"protocol": cfg.protocol, "batch": int(x.shape[0])}
-    with torch.inference_mode(), autocast(cfg.precision, device):
-        if cuda:
-            gc.collect()
-            torch.cuda.synchronize(device)
-            torch.cuda.reset_peak_memory_stats(device)
-        for _ in range(3 if cfg.protocol == "steady" else cfg.warmup):
-            forward(x)
-        sync()
-        if cfg.protocol == "clip":
+    with inference_context(cfg.precision, device):
+        if cfg.protocol == "steady":
+            w = steady_window(forward, x, precision=cfg.precision, window_s=cfg.loop_s, now=now,
+                              on_edge=dense)  # fmt: skip
+            t0, t1, n = w.t0_s, w.t1_s, w.passes
+            out.update(_stats(list(w.pass_times_s)))
+        else:
+            reset_device(device)
+            for _ in range(cfg.warmup):
+                forward(x)
+            sync()
             times = []
             for _ in range(cfg.passes):
                 t = time.perf_counter()
@@ -198,20 +201,7 @@ def infer_cost(forward, x, m, cfg: InferConfig) -> dict[str, Any]:
                         break
             sync()
             t1 = now()
-        else:
             dense()
-            t0 = now()
-            h0 = time.perf_counter()
-            times, n = [], 0
-            while time.perf_counter() - h0 < cfg.loop_s or n < 2:
-                t = time.perf_counter()
-                forward(x)
-                sync()
-                times.append(time.perf_counter() - t)
-                n += 1
-            t1 = now()
-            out.update(_stats(times))
-        dense()
     out.update(window_t0_s=t0, window_t1_s=t1, window_passes=n, window_s=t1 - t0)
     out["peak_mem_mib"] = torch.cuda.max_memory_allocated(device) / 2**20 if cuda else None
     return out
