@@ -367,7 +367,10 @@ def main(argv=None) -> int:
     meta = _meta(args, out, device)
     meta["run_dir"] = run_name
     meta["loop"] = "jouleprof.bench.infer_loop.steady_window (jouleprof infer --protocol steady)"
-    meta["autocast_casts_per_pass"] = autocast_casts_per_pass(device)
+    try:
+        meta["autocast_casts_per_pass"] = autocast_casts_per_pass(device)
+    except Exception as e:  # noqa: BLE001 - a probe, not the collection
+        meta["autocast_casts_per_pass"] = f"unavailable: {type(e).__name__}: {e}"
     (out / f"meta_{run_name}.json").write_text(json.dumps(meta, indent=2))
     models_csv = out / "models.csv"
     todo = plan(models, tiers, done_ids(models_csv))
