@@ -1,8 +1,8 @@
 """`jouleprof predict train`: joules and seconds per training step from the fitted scaling law.
 
 Needs no GPU: the proxies are analytic counts of the configuration, the constants were fitted
-on a measured sweep (predict.train_laws). Also adds `--train` to nothing: `predict evaluate
---train` (another module) calls predict.train_evaluate.evaluate.
+on a measured sweep (predict.train_laws); several GPUs go through predict.train_multi.
+`predict evaluate --train` (cli/predict_infer.py) calls predict.train_evaluate.evaluate.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ def train_cmd(
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Predict joules per step and per sample, and seconds per step, with an interval."""
-    from jouleprof.predict.scaling import predict_config
     from jouleprof.predict.train_laws import get_law
+    from jouleprof.predict.train_multi import predict_config
     from jouleprof.workloads.bert import BertTrainConfig
 
     if strategy not in STRATEGIES:
@@ -52,7 +52,7 @@ def train_cmd(
             precision=precision,
         )
         law = get_law(workload, gpu, precision)
-        res = predict_config(law, cfg, gpus=gpus, strategy=strategy)
+        res = predict_config(law, cfg, gpus=gpus, strategy=strategy, gpu=gpu)
     except ValueError as e:
         fail(str(e))
     res.update(
@@ -80,7 +80,12 @@ def train_cmd(
         f"[{res['j_per_step_lo']:.2f}, {res['j_per_step_hi']:.2f}]"
     )
     c.print(f"  joules per sample {res['j_per_sample']:.4f} J")
-    c.print(f"  seconds per step  {res['s_per_step']:.4f} s")
+    c.print(
+        f"  seconds per step  {res['s_per_step']:.4f} s  "
+        f"[{res['s_per_step_lo']:.4f}, {res['s_per_step_hi']:.4f}]"
+    )
+    if res["eta"] is not None:
+        c.print(f"  efficiency η      {res['eta']:.2f} (speedup over ideal, unfitted)")
     for n in res["notes"]:
         c.print(f"  [yellow]note:[/] {n}")
 

@@ -3,12 +3,15 @@
 Splits, each fitted from scratch on its training rows only:
 
 - holdout-largest: every configuration of the largest model (most parameters) is held out;
-- leave-one-axis-out: for each swept axis (layers, hidden, heads, seq, batch) the rows that
-  vary only that axis are held out (and the largest model stays out of every fit).
+- leave-one-family-out: for each family of the sweep's plan (the rows that vary one axis —
+  layers, hidden, heads, seq, batch — around the base point, the mixed points, the
+  compute-bound points) those rows are held out, and the largest model stays out of every fit.
 
-Per split: MAPE of joules per step, the worst case, R² and the naive baseline (FLOPs × one
-J/FLOP fitted on the same training rows) beside it; the pooled figures cover every held-out
-prediction once per split. `evaluate(json_out)` prints it (`jouleprof predict evaluate --train`).
+Per split: MAPE of joules per step, the worst case, R², the time's MAPE, how many held-out rows
+the prediction interval (fitted on the training rows) covers, and two baselines fitted on the
+same training rows: FLOPs × one J/FLOP, and a line in FLOPs and bytes. Pooled figures cover every
+held-out prediction once per split. The repeatability floor is the spread of configurations the
+sweep measured twice. `evaluate(json_out)` prints it (`jouleprof predict evaluate --train`).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from typing import Any
 import numpy as np
 
 AXES = ("layers", "hidden", "heads", "seq", "batch")
+FAMILIES = (*(f"axis-{a}" for a in AXES), "mixed", "compute")
 SWEEP_ENV = "JOULEPROF_BERT_SWEEP"
 TARGET_MAPE_PCT = 7.0
 
@@ -41,8 +45,10 @@ def default_sweep_dir() -> Path:
     )
 
 
-def load_rows(sweep_dir: str | Path) -> list[dict[str, Any]]:
-    """Complete one-GPU rows of results.csv with their proxies (predict.train_features)."""
+def load_rows(sweep_dir: str | Path, strategies: bool = False) -> list[dict[str, Any]]:
+    """Complete rows of results.csv (the first per id) with their proxies
+    (predict.train_features): one-GPU strategy-none rows, or with `strategies` the rows of the
+    other strategies."""
     from jouleprof.predict.train_features import train_features
     from jouleprof.workloads.bert import BertTrainConfig
 
@@ -50,9 +56,8 @@ def load_rows(sweep_dir: str | Path) -> list[dict[str, Any]]:
     rows, seen = [], set()
     with path.open() as f:
         for r in csv.DictReader(f):
-            if r.get("status") != "complete" or r.get("strategy", "none") not in ("", "none"):
-                continue
-            if r["id"] in seen:
+            is_none = r.get("strategy", "none") in ("", "none")
+            if r.get("status") != "complete" or r["id"] in seen or is_none == strategies:
                 continue
             seen.add(r["id"])
             cfg = BertTrainConfig(**{k: int(r[k]) for k in AXES})
@@ -61,6 +66,7 @@ def load_rows(sweep_dir: str | Path) -> list[dict[str, Any]]:
                 {
                     "id": r["id"],
                     "role": r.get("role", ""),
+                    "strategy": r.get("strategy") or "none",
                     **{k: int(r[k]) for k in AXES},
                     "s_per_step": float(r["s_per_step"]),
                     "j_per_step": float(r["j_per_step"]),
@@ -69,7 +75,7 @@ def load_rows(sweep_dir: str | Path) -> list[dict[str, Any]]:
                     "bytes_moved": feats["bytes_moved"],
                 }
             )
-    if not rows:
+    if not rows and not strategies:
         raise ValueError(f"{path} holds no complete one-GPU configuration")
     return rows
 
@@ -79,45 +85,83 @@ def splits(rows: Sequence[dict[str, Any]]) -> dict[str, tuple[list[int], list[in
     biggest = max(r["params"] for r in rows)
     large = {i for i, r in enumerate(rows) if r["params"] == biggest}
     out = {"holdout-largest": ([i for i in range(len(rows)) if i not in large], sorted(large))}
-    for axis in AXES:
-        test = [i for i, r in enumerate(rows) if r["role"] == f"axis-{axis}" and i not in large]
+    for fam in FAMILIES:
+        test = [i for i, r in enumerate(rows) if r["role"] == fam and i not in large]
         if test:
             train = [i for i in range(len(rows)) if i not in large and i not in test]
-            out[f"leave-{axis}-out"] = (train, test)
+            out[f"leave-{fam.removeprefix('axis-')}-out"] = (train, test)
     return out
 
 
 def _r2(y: np.ndarray, yhat: np.ndarray) -> float | None:
-    if len(y) < 2 or float(np.var(y)) == 0.0:
-        return None
+    if len(y) < 3 or float(np.std(y) / np.mean(y)) < 0.05:
+        return None  # R² of rows that barely differ says nothing
     return float(1.0 - np.sum((y - yhat) ** 2) / np.sum((y - np.mean(y)) ** 2))
 
 
-def _baseline_k(F: np.ndarray, E: np.ndarray) -> float:
-    """J/FLOP minimizing the relative squared error of E ≈ k·F."""
-    x = F / E
-    return float(np.sum(x) / np.sum(x * x))
+def _baselines(train, test) -> dict[str, np.ndarray]:
+    """FLOPs × J/FLOP, and c0 + c1·F + c2·M (≥ 0), both on relative error."""
+    from scipy.optimize import nnls
+
+    def cols(rs, which):
+        F = np.array([r["train_flops"] for r in rs])
+        M = np.array([r["bytes_moved"] for r in rs])
+        return F[:, None] if which == "flops" else np.column_stack([np.ones_like(F), F, M])
+
+    E = np.array([r["j_per_step"] for r in train])
+    out = {}
+    for which in ("flops", "linear"):
+        X = cols(train, which)
+        sc = X.max(axis=0)
+        c, _ = nnls(X / sc / E[:, None], np.ones_like(E))
+        out[which] = cols(test, which) @ (c / sc)
+    return out
 
 
-def evaluate_rows(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def repeatability(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Configurations measured more than once: relative spread of their J and s per step."""
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault(tuple(r[k] for k in AXES), []).append(r)
+    pairs = []
+    for rs in groups.values():
+        if len(rs) < 2:
+            continue
+        e = np.array([r["j_per_step"] for r in rs])
+        t = np.array([r["s_per_step"] for r in rs])
+        pairs.append(
+            {
+                "ids": [r["id"] for r in rs],
+                "j_spread_pct": float(100 * (e.max() - e.min()) / e.mean()),
+                "s_spread_pct": float(100 * (t.max() - t.min()) / t.mean()),
+            }
+        )
+    worst = max((p["j_spread_pct"] for p in pairs), default=None)
+    return {"repeated": pairs, "max_j_spread_pct": worst}
+
+
+def evaluate_rows(
+    rows: Sequence[dict[str, Any]], strategy_rows: Sequence[dict[str, Any]] = (), gpu: str = "h200"
+) -> dict[str, Any]:
     """Fit every split and score it; the table as data."""
     from jouleprof.predict.scaling import fit, predict_rows
+    from jouleprof.predict.train_laws import ceilings
 
-    table, pooled = [], {"law": [], "base": [], "y": [], "yl": [], "yb": []}
+    ceil = ceilings(gpu)
+    table = []
+    pooled: dict[str, list[float]] = {k: [] for k in ("err", "y", "yl", "flops", "lin", "inside")}
     for name, (tr, te) in splits(rows).items():
         train = [rows[i] for i in tr]
         test = [rows[i] for i in te]
-        law = fit(train, loo=False)
+        law = fit(train, loo=True, **ceil)
         t_hat, e_hat = predict_rows(law, test)
         E = np.array([r["j_per_step"] for r in test])
         T = np.array([r["s_per_step"] for r in test])
-        F = np.array([r["train_flops"] for r in test])
-        k = _baseline_k(
-            np.array([r["train_flops"] for r in train]), np.array([r["j_per_step"] for r in train])
-        )
-        base = k * F
+        base = _baselines(train, test)
         err = 100 * (e_hat / E - 1)
-        berr = 100 * (base / E - 1)
+        berr = 100 * (base["flops"] / E - 1)
+        lerr = 100 * (base["linear"] / E - 1)
+        inside = np.abs(err) <= 100 * law.rel_err_q90
         worst = int(np.argmax(np.abs(err)))
         table.append(
             {
@@ -129,90 +173,89 @@ def evaluate_rows(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
                 "worst_id": test[worst]["id"],
                 "r2": _r2(E, e_hat),
                 "time_mape_pct": float(np.mean(np.abs(100 * (t_hat / T - 1)))),
+                "interval_half_width_pct": 100 * law.rel_err_q90,
+                "interval_covers": int(inside.sum()),
                 "baseline_mape_pct": float(np.mean(np.abs(berr))),
-                "baseline_worst_pct": float(berr[int(np.argmax(np.abs(berr)))]),
-                "baseline_j_per_flop": k,
+                "linear_baseline_mape_pct": float(np.mean(np.abs(lerr))),
                 "per_config": [
                     {
                         "id": r["id"],
                         "measured_j": float(e),
                         "predicted_j": float(p),
                         "err_pct": float(x),
+                        "time_err_pct": float(100 * (th / tm - 1)),
                         "baseline_err_pct": float(b),
                     }
-                    for r, e, p, x, b in zip(test, E, e_hat, err, berr, strict=True)
+                    for r, e, p, x, th, tm, b in zip(
+                        test, E, e_hat, err, t_hat, T, berr, strict=True
+                    )
                 ],
             }
         )
-        pooled["law"] += list(np.abs(err))
-        pooled["base"] += list(np.abs(berr))
+        pooled["err"] += list(np.abs(err))
+        pooled["flops"] += list(np.abs(berr))
+        pooled["lin"] += list(np.abs(lerr))
         pooled["y"] += list(E)
         pooled["yl"] += list(e_hat)
-        pooled["yb"] += list(base)
-    y = np.array(pooled["y"])
+        pooled["inside"] += list(inside.astype(float))
     summary = {
-        "mape_pct": float(np.mean(pooled["law"])),
-        "worst_abs_pct": float(np.max(pooled["law"])),
-        "r2": _r2(y, np.array(pooled["yl"])),
-        "baseline_mape_pct": float(np.mean(pooled["base"])),
-        "baseline_r2": _r2(y, np.array(pooled["yb"])),
+        "mape_pct": float(np.mean(pooled["err"])),
+        "worst_abs_pct": float(np.max(pooled["err"])),
+        "r2": _r2(np.array(pooled["y"]), np.array(pooled["yl"])),
+        "interval_coverage": float(np.mean(pooled["inside"])),
+        "baseline_mape_pct": float(np.mean(pooled["flops"])),
+        "linear_baseline_mape_pct": float(np.mean(pooled["lin"])),
         "target_mape_pct": TARGET_MAPE_PCT,
     }
     summary["target_met"] = bool(all(row["mape_pct"] <= TARGET_MAPE_PCT for row in table))
-    full = fit(list(rows), loo=True)
+    full = fit(list(rows), loo=True, **ceil)
     return {
         "n_configs": len(rows),
+        "gpu": gpu,
         "splits": table,
         "pooled": summary,
+        "repeatability": repeatability(rows),
+        "strategies_one_gpu": strategy_check(full, rows, strategy_rows),
         "law_all_rows": full.to_json(),
     }
 
 
+def strategy_check(law, rows, strategy_rows) -> list[dict[str, Any]]:
+    """Each strategy measured on one GPU: its time and energy ratios to strategy none at the same
+    configuration, and the energy the law predicts from the time ratio alone."""
+    from dataclasses import replace
+
+    from jouleprof.predict.train_laws import overheads_from
+    from jouleprof.predict.train_multi import predict_config
+    from jouleprof.workloads.bert import BertTrainConfig
+
+    over = overheads_from(rows, strategy_rows)
+    law = replace(law, strategy_overhead=over)
+    out = []
+    for s, o in over.items():
+        r = next(x for x in strategy_rows if x["id"] == o["row"])
+        cfg = BertTrainConfig(**{k: r[k] for k in AXES}, strategy=s)
+        pred = predict_config(law, cfg, 1, s)
+        out.append(
+            {
+                **o,
+                "strategy": s,
+                "predicted_j": pred["j_per_step"],
+                "measured_j": r["j_per_step"],
+                "err_pct": 100 * (pred["j_per_step"] / r["j_per_step"] - 1),
+            }
+        )
+    return out
+
+
 def evaluate(json_out: bool = False, sweep_dir: str | Path | None = None) -> dict[str, Any]:
     """Rebuild and print the accuracy table from the committed sweep."""
-    result = evaluate_rows(load_rows(sweep_dir or default_sweep_dir()))
+    d = sweep_dir or default_sweep_dir()
+    result = evaluate_rows(load_rows(d), load_rows(d, strategies=True))
     if json_out:
         print(json.dumps(result, indent=2))
         return result
-    from rich.console import Console
-    from rich.table import Table
+    from jouleprof.predict.train_report import print_table
 
-    t = Table(title=f"Training-energy law, BERT on one H200 ({result['n_configs']} configs)")
-    for c in (
-        "split",
-        "train",
-        "test",
-        "MAPE %",
-        "worst %",
-        "R²",
-        "time MAPE %",
-        "FLOPs×J/FLOP MAPE %",
-    ):
-        t.add_column(c, justify="right")
-    for r in result["splits"]:
-        t.add_row(
-            r["split"],
-            str(r["n_train"]),
-            str(r["n_test"]),
-            f"{r['mape_pct']:.1f}",
-            f"{r['worst_pct']:+.1f}",
-            "-" if r["r2"] is None else f"{r['r2']:.3f}",
-            f"{r['time_mape_pct']:.1f}",
-            f"{r['baseline_mape_pct']:.1f}",
-        )
-    p = result["pooled"]
-    t.add_row(
-        "pooled",
-        "",
-        "",
-        f"{p['mape_pct']:.1f}",
-        f"±{p['worst_abs_pct']:.1f}",
-        "-" if p["r2"] is None else f"{p['r2']:.3f}",
-        "",
-        f"{p['baseline_mape_pct']:.1f}",
-    )
-    console = Console(width=max(Console().width, 110))
-    console.print(t)
-    verdict = "met" if p["target_met"] else "NOT met"
-    console.print(f"target MAPE ≤ {TARGET_MAPE_PCT:g} % on every split: {verdict}")
+    print_table(result)
     return result

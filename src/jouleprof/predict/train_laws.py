@@ -1,31 +1,69 @@
 """Fitted constants of the training-energy law (predict.scaling.TrainLaw), per workload, GPU
 and precision. Rebuilt from a committed sweep by `python -m jouleprof.predict.train_laws DIR`
-(fits every complete one-GPU row of DIR/results.csv); the accuracy of the law's form is
-measured on held-out splits by predict.train_evaluate, not by these in-sample constants.
+(fits every complete one-GPU row of DIR/results.csv, and reads the one-GPU strategy rows for the
+wrappers' measured cost); the accuracy of the law's form is measured on held-out splits by
+predict.train_evaluate, not by these in-sample constants.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-# BERT masked-LM, one NVIDIA H200 (700 W limit), bf16 autocast: benchmarks/results/bert_sweep,
-# 21 configurations measured 2026-12-01 (torch 2.11.0+cu130).
+AXES = ("layers", "hidden", "heads", "seq", "batch")
+
+# BERT masked-LM, one NVIDIA H200 (700 W limit), bf16 autocast: benchmarks/results/bert_sweep
+# (21 one-GPU configurations, torch 2.11.0+cu130), rebuilt with
+# `python -m jouleprof.predict.train_laws benchmarks/results/bert_sweep`.
 LAWS: dict[tuple[str, str, str], dict] = {
     ("bert", "h200", "bf16"): {
-        "a0_s": 0.003524771024423802,
-        "a1_s": 0.0029786145869002546,
-        "fmax_flop_s": 1999999999999987.2,
-        "h0": 5875.092654891702,
-        "p": 3.228408239831446,
-        "p0_w": 129.68004141873826,
-        "ef_j_per_flop": 1.874979529324521e-12,
-        "eb_j_per_byte": 6.450286279644559e-11,
-        "rel_err_q90": 0.1501626380750788,
-        "eta": None,
+        "a0_s": 0.0034483939194267814,
+        "a1_s": 0.0029752482063183454,
+        "rate_flop_s": 678599999999979.9,
+        "h0": 1143.1399122695916,
+        "p": 3.0321431811024153,
+        "mem_bytes_s": 4188000000000.0,
+        "p0_w": 103.15028250795264,
+        "ef_j_per_flop": 7.730945471993693e-13,
+        "ew_j_per_flop": 9.114555574607642e-10,
+        "eb_j_per_byte": 1.5192691069441515e-10,
+        "rel_err_q90": 0.07893220706907922,
+        "t_rel_err_q90": 0.1872359152903038,
+        "strategy_overhead": {},
     },
 }
+
+
+def ceilings(gpu: str) -> dict[str, float]:
+    """The GPU's measured memory bandwidth and bf16 matmul ceiling (predict/gpus/<gpu>.json)."""
+    from jouleprof.predict.roofline import load_gpu
+
+    g = load_gpu(gpu)
+    return {"mem_bytes_s": g.mem_bytes_s, "rate_cap_flop_s": g.matmul_flops_s["bf16"]}
+
+
+def overheads_from(
+    rows: Sequence[dict[str, Any]], strategy_rows: Sequence[dict[str, Any]]
+) -> dict[str, dict[str, Any]]:
+    """Per strategy measured on one GPU: time and energy ratios to the strategy-none rows of the
+    same configuration (their mean where it was measured more than once)."""
+    out: dict[str, dict[str, Any]] = {}
+    for s in strategy_rows:
+        same = [r for r in rows if all(r[k] == s[k] for k in AXES)]
+        if not same or s["strategy"] in out:
+            continue
+        t0 = sum(r["s_per_step"] for r in same) / len(same)
+        e0 = sum(r["j_per_step"] for r in same) / len(same)
+        out[s["strategy"]] = {
+            "row": s["id"],
+            "time_ratio": s["s_per_step"] / t0,
+            "energy_ratio": s["j_per_step"] / e0,
+            "reference_rows": [r["id"] for r in same],
+        }
+    return out
 
 
 def get_law(workload: str, gpu: str, precision: str):
@@ -34,20 +72,30 @@ def get_law(workload: str, gpu: str, precision: str):
 
     key = (workload.lower(), gpu.lower(), precision.lower())
     if key not in LAWS:
-        have = ", ".join("/".join(k) for k in LAWS)
+        have = ", ".join("/".join(k) for k in LAWS) or "none"
         raise ValueError(
             f"no fitted law for workload/gpu/precision {'/'.join(key)}: fitted are {have}"
         )
     return TrainLaw.from_json(LAWS[key])
 
 
-def main(argv: list[str]) -> int:
+def build(sweep_dir: str | Path, gpu: str = "h200") -> dict[str, Any]:
+    """The law's constants fitted on every complete row of a sweep."""
+    from dataclasses import replace
+
     from jouleprof.predict.scaling import fit
     from jouleprof.predict.train_evaluate import load_rows
 
-    law = fit(load_rows(Path(argv[0])), loo=True).to_json()
-    law.pop("fitted_on")
-    print(json.dumps(law, indent=4))
+    rows = load_rows(sweep_dir)
+    law = fit(rows, loo=True, **ceilings(gpu))
+    law = replace(law, strategy_overhead=overheads_from(rows, load_rows(sweep_dir, True)))
+    d = law.to_json()
+    d.pop("fitted_on")
+    return d
+
+
+def main(argv: list[str]) -> int:
+    print(json.dumps(build(Path(argv[0])), indent=4))
     return 0
 
 
