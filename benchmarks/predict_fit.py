@@ -45,6 +45,35 @@ def assemble(raw: Path, features: Path, out: Path) -> None:
     pd.concat(parts, ignore_index=True).to_parquet(out / "ops.parquet", index=False)
 
 
+def collection_commit(raw: Path) -> str | None:
+    """The code commit the collection ran at (its meta_run_*.json, else stage_meta.json)."""
+    for m in sorted(raw.glob("meta_run_*.json")):
+        c = json.loads(m.read_text()).get("git_commit")
+        if c:
+            return c
+    stage = raw / "stage_meta.json"
+    return json.loads(stage.read_text()).get("commit") if stage.exists() else None
+
+
+def loop_compare(old_raw: Path, new_table, out: Path):
+    """Configurations measured on both loops: s/pass and J/sample of the new (shared) loop over
+    the old (per-pass autocast) one -> out/loop_compare.csv."""
+    import pandas as pd
+
+    old = pd.read_csv(old_raw / "models_energy.csv")
+    key = ["spec", "precision", "batch", "protocol"]
+    cols = key + ["s_per_pass", "j_per_sample", "mean_power_w"]
+    j = old[old["status"] == "ok"][cols].merge(
+        new_table[new_table["status"] == "ok"][cols], on=key, suffixes=("_old", "_new")
+    )
+    for c in ("s_per_pass", "j_per_sample", "mean_power_w"):
+        j[f"{c}_ratio"] = j[f"{c}_new"] / j[f"{c}_old"]
+    j.to_csv(out / "loop_compare.csv", index=False)
+    print(j.groupby(["precision", "batch", "protocol"])[
+        ["s_per_pass_ratio", "j_per_sample_ratio", "mean_power_w_ratio"]].median())  # fmt: skip
+    return j
+
+
 def markdown(table) -> str:
     cols = ["method", "precision", "batch", "n", "mape_median_pct", "ape_p90_pct",
             "within_10_pct", "spearman"]  # fmt: skip
@@ -62,6 +91,12 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--ship", action="store_true")
     ap.add_argument(
+        "--compare-raw",
+        type=Path,
+        default=None,
+        help="an earlier collection (per-pass autocast loop) to compare per config",
+    )
+    ap.add_argument(
         "--reuse-predictions",
         action="store_true",
         help="ship from the predictions.csv already in --out (no new evaluation)",
@@ -76,6 +111,10 @@ def main(argv=None) -> int:
     if args.features is not None:
         assemble(args.raw, args.features, args.out)
     ds = load_dataset(args.out)
+    if args.compare_raw is not None:
+        import pandas as pd
+
+        loop_compare(args.compare_raw, pd.read_csv(args.out / "models_energy.csv"), args.out)
     gpu = load_gpu("h200")
     if args.reuse_predictions:
         import pandas as pd
@@ -90,15 +129,9 @@ def main(argv=None) -> int:
     print(markdown(table))
     if args.ship:
         pred = train_shipped(ds, gpu, preds)
-        pred.info.update(
-            {
-                "dataset": "benchmarks/results/predict_dataset",
-                "gpu": gpu.name,
-                "commit": json.loads((args.raw / "stage_meta.json").read_text()).get("commit")
-                if (args.raw / "stage_meta.json").exists()
-                else None,
-            }  # fmt: skip
-        )
+        pred.info.update({"dataset": "benchmarks/results/predict_dataset", "gpu": gpu.name,
+                          "commit": collection_commit(args.raw),
+                          "loop": "jouleprof.bench.infer_loop.steady_window"})  # fmt: skip
         p = save_predictor(pred, ROOT / "src/jouleprof/predict/models/layerwise_h200.pkl")
         print(f"shipped {p} ({p.stat().st_size / 1e3:.0f} kB): {pred.info}")
     return 0

@@ -122,6 +122,27 @@ def test_save_load_roundtrip(synthetic, tmp_path):
         load_predictor(tmp_path / "none.pkl")
 
 
+def test_unmeasured_configurations_are_flagged_unvalidated(synthetic):
+    from jouleprof.predict.fit import fit_layerwise
+
+    ds, gpu = synthetic
+    rows = ds.models[ds.models["batch"].isin([1, 16, 64])]
+    q = {"b1": (-0.1, 0.1), "b<=16": (-0.1, 0.1), "b>16": (-0.05, 0.05), "bf16:b>16": (-0.02, 0.04)}
+    pred = fit_layerwise(ds, rows, gpu, log_err_q=q)
+    assert set(map(tuple, pred.info["configs"])) == {("bf16", 1), ("bf16", 16), ("bf16", 64)}
+    spec = "t:cnn16"
+    at = {b: pred.predict(ds.features(spec, "bf16", b), gpu) for b in (64, 4, 256)}
+    assert at[64].validated and not at[64].notes  # measured: the precision's own interval
+    assert at[64].j_per_sample_hi / at[64].j_per_sample == pytest.approx(np.exp(0.04))
+    assert not at[4].validated and "interpolated" in at[4].notes[0]
+    assert not at[256].validated and "extrapolated" in at[256].notes[0]
+    assert at[256].j_per_sample_hi / at[256].j_per_sample > np.exp(0.04)  # widened
+    z = ZooModel(spec, "file", spec, cnn(16), (3, 32, 32))
+    fp32 = pred.predict(trace_model(z, 64, "fp32"), gpu)
+    assert not fp32.validated and "no fp32 measurements" in fp32.notes[0]
+    assert fp32.j_per_sample_hi / fp32.j_per_sample > np.exp(0.1)
+
+
 def test_shipped_predictor_predicts_an_unseen_model():
     from jouleprof.predict.shipped import load_predictor, model_path, predict_inference
 

@@ -123,15 +123,24 @@ def metrics_table(pred_df):
                           if s.name == "method" else s).reset_index(drop=True)  # fmt: skip
 
 
-def log_error_quantiles(pred_df) -> dict[str, tuple[float, float]]:
-    """5th/95th percentiles of log(measured/predicted) of the layerwise predictor per regime."""
+def log_error_quantiles(pred_df, min_rows: int = 5) -> dict[str, tuple[float, float]]:
+    """5th/95th percentiles of log(measured/predicted) of the layerwise predictor per batch regime
+    ("b1", "b<=16", "b>16"), and per precision and regime ("bf16:b1", ...) where a precision has
+    at least `min_rows` held-out rows in it."""
     g = pred_df[(pred_df["method"] == "layerwise") & pred_df["j_pred"].notna()]
+    r_all = np.log(g["j_meas"] / g["j_pred"].astype(float))
     out = {}
-    for name, sel in (("b1", g["batch"] == 1), ("b<=16", (g["batch"] > 1) & (g["batch"] <= 16)),
-                      ("b>16", g["batch"] > 16)):  # fmt: skip
-        r = np.log(g.loc[sel, "j_meas"] / g.loc[sel, "j_pred"].astype(float))
-        if len(r) >= 5:
+    regimes = (("b1", g["batch"] == 1), ("b<=16", (g["batch"] > 1) & (g["batch"] <= 16)),
+               ("b>16", g["batch"] > 16))  # fmt: skip
+    for name, sel in regimes:
+        if sel.sum() >= min_rows:
+            r = r_all[sel]
             out[name] = (float(np.percentile(r, 5)), float(np.percentile(r, 95)))
+        for prec in sorted(set(g["precision"])):
+            ps = sel & (g["precision"] == prec)
+            if ps.sum() >= min_rows:
+                r = r_all[ps]
+                out[f"{prec}:{name}"] = (float(np.percentile(r, 5)), float(np.percentile(r, 95)))
     return out
 
 

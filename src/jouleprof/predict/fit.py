@@ -117,7 +117,9 @@ def fit_layerwise(ds: Dataset, rows, gpu: GpuSpec, *, seed: int = 0,
     info = {"n_layer_rows": int(len(y)), "n_model_rows": len(ok),
             "families": sorted(set(sub["family"])),
             "precisions": sorted(set(sub["precision"])),
-            "batches": sorted(int(b) for b in set(sub["batch"]))}  # fmt: skip
+            "batches": sorted(int(b) for b in set(sub["batch"])),
+            "configs": sorted({(str(p), int(b)) for p, b in zip(sub["precision"], sub["batch"],
+                                                                strict=True)})}  # fmt: skip
     return LayerwisePredictor(
         time_model=tm,
         pass_coef=tuple(float(c) for c in coef),

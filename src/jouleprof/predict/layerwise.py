@@ -61,7 +61,9 @@ class Prediction:
     calibrated: bool
     """False: an uncalibrated roofline estimate, not trained on measurements."""
     validated: bool
-    """False: the target GPU is not the one the predictor was validated on (interval widened)."""
+    """False: the target GPU is not the one the predictor was validated on, or this precision x
+    batch was not measured there (the notes say which; the interval is widened where it lies
+    outside what was measured)."""
     layers: tuple[LayerPrediction, ...] = field(repr=False)
     unsupported: dict[str, int] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
@@ -198,17 +200,7 @@ class LayerwisePredictor:
             layers.append(LayerPrediction(layer.module, layer.module_type, layer.flops,
                                           layer.bytes_total, layer.launches, b.roofline_s,
                                           b.bound, float(tl * scale), float(el)))  # fmt: skip
-        regime = "b1" if feats.batch == 1 else "b<=16" if feats.batch <= 16 else "b>16"
-        lo_q, hi_q = self.log_err_q.get(regime, (-0.3, 0.3))
-        notes = []
-        seen_p, seen_b = self.info.get("precisions"), self.info.get("batches")
-        if seen_p and feats.precision not in seen_p:
-            lo_q, hi_q = 2 * lo_q - 0.2, 2 * hi_q + 0.2
-            notes.append(f"no {feats.precision} measurements were in the training data (only "
-                         f"{', '.join(seen_p)}): unvalidated, the interval widened")  # fmt: skip
-        if seen_b and feats.batch not in seen_b:
-            notes.append(f"batch {feats.batch} was not measured (trained on batches "
-                         f"{', '.join(map(str, seen_b))}): interpolated, unvalidated")  # fmt: skip
+        lo_q, hi_q, notes, measured = self._interval(feats.precision, feats.batch)
         if not gpu.validated:
             # another GPU: the ceilings move the roofline, but nothing was validated there
             lo_q, hi_q = 2 * lo_q - 0.1, 2 * hi_q + 0.1
@@ -217,6 +209,35 @@ class LayerwisePredictor:
         jps = e / feats.batch
         return Prediction(
             feats.spec, feats.batch, feats.precision, gpu.name, t, jps, jps * math.exp(lo_q),
-            jps * math.exp(hi_q), self.name, True, gpu.validated, tuple(layers),
+            jps * math.exp(hi_q), self.name, True, gpu.validated and measured, tuple(layers),
             feats.unsupported, tuple(notes),
         )  # fmt: skip
+
+    def _interval(self, precision: str, batch: int) -> tuple[float, float, list[str], bool]:
+        """(lo, hi) log-error quantiles for the configuration, notes on what was not measured,
+        and whether this precision x batch was measured and validated on held-out families."""
+        regime = "b1" if batch == 1 else "b<=16" if batch <= 16 else "b>16"
+        q = self.log_err_q.get(f"{precision}:{regime}") or self.log_err_q.get(regime)
+        lo_q, hi_q = q if q else (-0.3, 0.3)
+        notes: list[str] = []
+        configs = {(p, int(b)) for p, b in self.info.get("configs", [])}
+        if not configs:  # a predictor pickled before configs were recorded
+            configs = {(p, int(b)) for p in self.info.get("precisions", [])
+                       for b in self.info.get("batches", [])}  # fmt: skip
+        if (precision, int(batch)) in configs:
+            return lo_q, hi_q, notes, True
+        batches = sorted(b for p, b in configs if p == precision)
+        listed = ", ".join(f"{p} b{b}" for p, b in sorted(configs))
+        if not batches:
+            lo_q, hi_q = 2 * lo_q - 0.2, 2 * hi_q + 0.2
+            notes.append(f"no {precision} measurements were in the training data (measured: "
+                         f"{listed}): unvalidated, the interval widened")  # fmt: skip
+        elif batches[0] < batch < batches[-1]:
+            notes.append(f"{precision} at batch {batch} was not measured (measured: {listed}): "
+                         "interpolated between measured batches, unvalidated")  # fmt: skip
+        else:
+            lo_q, hi_q = 1.5 * lo_q - 0.1, 1.5 * hi_q + 0.1
+            notes.append(f"{precision} at batch {batch} is outside the measured batches "
+                         f"(measured: {listed}): extrapolated, unvalidated, the interval "
+                         "widened")  # fmt: skip
+        return lo_q, hi_q, notes, False
