@@ -260,34 +260,27 @@ E2E_COLUMNS = ["spec", "precision", "batch", "status", "rc", "run_dir", "j_per_s
                "power_w", "energy_note", "wall_s", "error"]  # fmt: skip
 
 
-def run_e2e(spec: str, precision: str, batch: int, out: Path, sustained_s: float | None) -> dict:
-    """`jouleprof infer --protocol steady` in a subprocess: one row of e2e.csv."""
+def jouleprof_cli(args: list[str], timeout_s: float) -> subprocess.CompletedProcess:
+    """`jouleprof ARGS` as a user runs it (a fresh interpreter; this checkout's src/ first)."""
     src = Path(__file__).resolve().parents[1] / "src"
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(src), env.get("PYTHONPATH")) if p)
+    cmd = [sys.executable, "-m", "jouleprof.cli.main", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout_s,
+                          check=False)  # fmt: skip
+
+
+def run_e2e(spec: str, precision: str, batch: int, out: Path, sustained_s: float | None) -> dict:
+    """`jouleprof infer --protocol steady` in a subprocess: one row of e2e.csv."""
     run_dir = out / "e2e" / f"{safe_name(spec)}__{precision}__b{batch}"
-    cmd = [
-        sys.executable,
-        "-m",
-        "jouleprof.cli.main",
-        "infer",
-        "--model",
-        spec,
-        "--batch",
-        str(batch),
-        "--precision",
-        precision,
-        "--protocol",
-        "steady",
-        "--out",
-        str(run_dir),
-    ]
+    args = ["infer", "--model", spec, "--batch", str(batch), "--precision", precision,
+            "--protocol", "steady", "--out", str(run_dir)]  # fmt: skip
     if sustained_s is not None:
-        cmd += ["--sustained-s", str(sustained_s)]  # fmt: skip
+        args += ["--sustained-s", str(sustained_s)]
     row = {"spec": spec, "precision": precision, "batch": batch, "run_dir": str(run_dir.name)}
     t = time.perf_counter()
     try:
-        r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120, check=False)
+        r = jouleprof_cli(args, 120)
         row["rc"] = r.returncode
         if r.returncode != 0:
             row.update(status="error", error=(r.stderr or r.stdout).strip()[-300:])

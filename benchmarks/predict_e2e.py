@@ -14,8 +14,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -24,11 +22,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def predict_cli(spec: str, batch: int, precision: str) -> dict:
     """`jouleprof predict infer --json` in a subprocess; {"error": ...} where it fails."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT / "src"), env.get("PYTHONPATH")) if p)
-    cmd = [sys.executable, "-m", "jouleprof.cli.main", "predict", "infer", "--model", spec,
-           "--batch", str(batch), "--precision", precision, "--json"]  # fmt: skip
-    r = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from predict_collect import jouleprof_cli
+
+    r = jouleprof_cli(["predict", "infer", "--model", spec, "--batch", str(batch), "--precision",
+                       precision, "--json"], 600)  # fmt: skip
     if r.returncode != 0:
         return {"error": (r.stderr or r.stdout).strip()[-300:]}
     return json.loads(r.stdout)
