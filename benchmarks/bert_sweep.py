@@ -237,6 +237,41 @@ def worker(args) -> int:
     return 0
 
 
+PENDING_COLUMNS = (
+    "id",
+    "role",
+    *FIELDS,
+    "strategy",
+    "j_per_step",
+    "j_per_step_lo",
+    "j_per_step_hi",
+    "s_per_step",
+    "s_per_step_lo",
+    "s_per_step_hi",
+)
+
+
+def predict_pending(out: Path) -> int:
+    """The shipped law's predictions for the planned configurations not measured yet, written
+    before they are measured (a blind test of the law for the next call)."""
+    from jouleprof.predict.train_laws import get_law
+    from jouleprof.predict.train_multi import predict_config
+    from jouleprof.workloads.bert import BertTrainConfig
+
+    law = get_law("bert", "h200", "bf16")
+    done = _done_ids(out)
+    rows = [r for r in run_order(plan()) if r["id"] not in done]
+    with (out / "predictions_pending.csv").open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=PENDING_COLUMNS, extrasaction="ignore")
+        w.writeheader()
+        for r in rows:
+            cfg = BertTrainConfig(**{k: r[k] for k in FIELDS}, strategy=r["strategy"])
+            pred = predict_config(law, cfg, 1, r["strategy"])
+            w.writerow({**r, **{k: f"{pred[k]:.6g}" for k in PENDING_COLUMNS[8:]}})
+    print(f"{len(rows)} pending configurations predicted: {out / 'predictions_pending.csv'}")
+    return 0
+
+
 def _meta(out: Path, argv: list[str]) -> None:
     meta = {
         "date_utc": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
@@ -351,6 +386,12 @@ def main(argv: list[str] | None = None) -> int:
         help="kill a configuration that runs longer than this (a hang)",
     )
     ap.add_argument("--smoke", action="store_true", help="tiny configs on CPU, simulated GPU")
+    ap.add_argument(
+        "--predict-pending",
+        action="store_true",
+        help="no GPU: write OUT/predictions_pending.csv, the shipped law's prediction (with its "
+        "interval) for every planned configuration results.csv does not hold yet, and stop",
+    )
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--deadline", type=float, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -358,6 +399,8 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     if args.worker:
         return worker(args)
+    if args.predict_pending:
+        return predict_pending(out)
     t_start = time.time()
     deadline = t_start + args.budget_s
     _meta(out, argv)

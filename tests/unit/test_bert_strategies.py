@@ -119,6 +119,28 @@ def test_ddp_and_fsdp_communication_is_its_own_phase(strategies_job):
     assert fsdp["allgather"]["calls"] >= 2 and fsdp["reducescatter"]["calls"] >= 1, fsdp
 
 
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_measured_collective_bytes_match_the_analytic_count(strategies_job, strategy):
+    """The law's communication proxy (predict.train_features.comm_bytes, per GPU on a ring) is the
+    recorded buffer bytes per step times the ring factor: 2(n-1)/n for an all-reduce, (n-1)/n for
+    an all-gather or reduce-scatter."""
+    from jouleprof.predict.train_features import comm_bytes, parameter_count
+    from jouleprof.workloads.bert import BertTrainConfig
+
+    steps = json.loads((strategies_job / strategy / "run.json").read_text())["summary"]["steps"]
+    rank0 = json.loads((strategies_job / strategy / "ranks" / "rank0" / "run.json").read_text())
+    kinds = rank0["extra"]["comm"]["kinds"]
+    cfg = BertTrainConfig(**TINY, strategy=strategy)
+    params = parameter_count(cfg.layers, cfg.hidden, cfg.seq)
+    want = comm_bytes(params, 2, strategy, cfg)
+    ring = {"allreduce_bytes": 2 * 1 / 2, "allgather_bytes": 1 / 2, "reducescatter_bytes": 1 / 2}
+    for key, n in want.items():
+        got = kinds.get(key.removesuffix("_bytes"), {}).get("bytes", 0.0) / steps["value"]
+        # the ranks' step-count agreement (one 8-byte all-reduce a chunk) and FSDP's padding
+        # to a multiple of the world size are the only extra bytes
+        assert got * ring[key] == pytest.approx(n, rel=0.01, abs=64), (key, kinds)
+
+
 def test_ranks_that_disagree_stop_before_training(strategies_job):
     msg = (strategies_job / "disagree0.txt").read_text()
     assert "disagree" in msg and "batch" in msg and "rank 1=3" in msg

@@ -40,6 +40,18 @@ _PATCHED = (
 )
 
 
+_BUFFER_KW = (
+    "tensor",
+    "output",
+    "input",
+    "output_tensor",
+    "input_tensor",
+    "output_tensor_list",
+    "input_tensor_list",
+    "tensor_list",
+)
+
+
 def _kind(name: str) -> str:
     if name == "all_reduce":
         return "allreduce"
@@ -106,7 +118,8 @@ class CommRecorder:
             def timed(*args, **kwargs):
                 t0 = time.perf_counter_ns()
                 # the full buffer: the output of a gather, the input of a scatter
-                tensors = [*args[:2], *(v for k, v in kwargs.items() if "tensor" in k)]
+                # (FSDP2 passes reduce_scatter_tensor's buffers as output=/input= keywords)
+                tensors = [*args[:2], *(v for k, v in kwargs.items() if k in _BUFFER_KW)]
                 nbytes = max((_nbytes(t) for t in tensors), default=0)
                 work = fn(*args, **kwargs)
                 if kwargs.get("async_op") and work is not None:

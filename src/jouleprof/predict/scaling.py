@@ -8,17 +8,19 @@ layer) or by the GPU doing the work, whichever is longer, joined smoothly:
     t      = (t_host^p + t_dev^p)^(1/p)
 
 F: training FLOPs of the step, M: bytes moved (parameters, gradients, AdamW state, saved
-activations: predict.train_features), L layers, H hidden size. R is the achieved matmul throughput
-of a wide layer (bounded by the GPU's measured matmul ceiling); H0/H is the matmuls' operand
-traffic: a (T×K)·(K×N) matmul does 2TKN FLOPs and moves 2(TK + KN + TN) bytes, so its bytes per
-FLOP fall as 1/H when K, N ∝ H. BW is the GPU's measured memory bandwidth (not fitted).
+activations: predict.train_features), L layers, H hidden size. R is the matmul throughput of a
+wide layer; H0/H is the matmuls' operand traffic: a (T×K)·(K×N) matmul does 2TKN FLOPs and
+moves 2(TK + KN + TN) bytes, so its bytes per FLOP fall as 1/H when K, N ∝ H. R and BW are not
+fitted: they are the GPU's measured bf16 matmul ceiling and memory bandwidth
+(predict/gpus/<gpu>.json); a fit that frees R puts it at that ceiling on the committed sweep
+anyway, and a held-out fit without wide compute-bound rows cannot determine it.
 
 Energy: the board's static power over the step, plus a dynamic energy per FLOP that falls with the
 matmul width for the same reason, plus a dynamic energy per byte moved:
 
     E = P0·t + (e_F + e_W/H)·F + e_B·M
 
-Fitted: a0, a1, R, H0, p on log time; P0, e_F, e_W, e_B ≥ 0 by relative least squares on the
+Fitted: a0, a1, H0, p on log time; P0, e_F, e_W, e_B ≥ 0 by relative least squares on the
 measured times. Several GPUs: predict.train_multi.
 """
 
@@ -27,14 +29,14 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 MIN_ROWS = 9
-"""The law has 9 fitted constants: fewer rows cannot determine it."""
+"""The law has 8 fitted constants: it needs more rows than that."""
 
 
 @dataclass(frozen=True)
@@ -46,7 +48,7 @@ class TrainLaw:
     a1_s: float
     """Host time per encoder layer (its kernel launches, forward and backward)."""
     rate_flop_s: float
-    """Achieved matmul throughput R of a wide layer (H ≫ H0)."""
+    """Matmul throughput R of a wide layer (H ≫ H0): the GPU's measured ceiling (fixed)."""
     h0: float
     """Width at which the matmuls' operand traffic costs as much time as their FLOPs."""
     p: float
@@ -110,18 +112,19 @@ def predict_energy_j(law: TrainLaw, t_s, H, F, M) -> np.ndarray:
     return X @ np.array([law.p0_w, law.ef_j_per_flop, law.ew_j_per_flop, law.eb_j_per_byte])
 
 
-def _fit_time(L, H, F, M, t, bw, rate_cap) -> np.ndarray:
+def _fit_time(L, H, F, M, t, bw, rate) -> np.ndarray:
+    """(a0, a1, log R, H0, p) with R fixed at `rate`, the others by least squares on log time."""
     from scipy.optimize import least_squares
 
-    cap = math.log(rate_cap)
-    x0 = np.array([0.005, 0.003, cap - 0.5, 500.0, 3.0])
-    lo = np.array([0.0, 0.0, math.log(1e12), 0.0, 1.0])
-    hi = np.array([1.0, 1.0, cap, 1e5, 20.0])
+    lr = math.log(rate)
 
-    def res(th):
-        return np.log(_parts(th, L, H, F, M, bw)[2]) - np.log(t)
+    def res(x):
+        return np.log(_parts((x[0], x[1], lr, x[2], x[3]), L, H, F, M, bw)[2]) - np.log(t)
 
-    return least_squares(res, x0, bounds=(lo, hi), x_scale="jac").x
+    x = least_squares(
+        res, [0.005, 0.003, 500.0, 3.0], bounds=([0, 0, 0, 1], [1, 1, 1e5, 20]), x_scale="jac"
+    ).x
+    return np.array([x[0], x[1], lr, x[2], x[3]])
 
 
 def _fit_energy(t, H, F, M, E) -> np.ndarray:
@@ -162,21 +165,22 @@ def fit(
     rows: Sequence[Mapping[str, float]],
     *,
     mem_bytes_s: float,
-    rate_cap_flop_s: float,
+    rate_flop_s: float,
     loo: bool = True,
 ) -> TrainLaw:
     """Fit the law to measured one-GPU rows (keys layers, hidden, train_flops, bytes_moved,
-    s_per_step, j_per_step; optional id). `mem_bytes_s` and `rate_cap_flop_s` are the GPU's
-    measured memory bandwidth and matmul ceiling. With `loo`, the interval half-widths are the
-    90th percentiles of the leave-one-out errors (each row predicted by a fit without it)."""
+    s_per_step, j_per_step; optional id). `mem_bytes_s` and `rate_flop_s` are the GPU's measured
+    memory bandwidth and bf16 matmul ceiling (BW and R, fixed). With `loo`, the interval
+    half-widths are the 90th percentiles of the leave-one-out errors (each row predicted by a fit
+    without it)."""
     if len(rows) < MIN_ROWS:
         raise ValueError(
-            f"the law has {MIN_ROWS} constants: fit it on ≥ {MIN_ROWS} configurations, "
+            f"the law has 8 fitted constants: fit it on ≥ {MIN_ROWS} configurations, "
             f"got {len(rows)}"
         )
     L, H, F, M, t, E = _arrays(rows)
     law = _law(
-        _fit_time(L, H, F, M, t, mem_bytes_s, rate_cap_flop_s),
+        _fit_time(L, H, F, M, t, mem_bytes_s, rate_flop_s),
         _fit_energy(t, H, F, M, E),
         mem_bytes_s,
         fitted_on=[str(r.get("id", i)) for i, r in enumerate(rows)],
@@ -185,27 +189,16 @@ def fit(
         return law
     e_err, t_err = [], []
     for i in range(len(rows)):
-        sub = fit(
-            [r for j, r in enumerate(rows) if j != i], **_gpu(law, rate_cap_flop_s), loo=False
-        )
+        others = [r for j, r in enumerate(rows) if j != i]
+        sub = fit(others, mem_bytes_s=law.mem_bytes_s, rate_flop_s=law.rate_flop_s, loo=False)
         ti, ei = predict_rows(sub, [rows[i]])
         e_err.append(abs(ei[0] / E[i] - 1.0))
         t_err.append(abs(ti[0] / t[i] - 1.0))
-    return _replace(
+    return replace(
         law,
         rel_err_q90=float(np.quantile(e_err, 0.9)),
         t_rel_err_q90=float(np.quantile(t_err, 0.9)),
     )
-
-
-def _gpu(law: TrainLaw, cap: float) -> dict[str, float]:
-    return {"mem_bytes_s": law.mem_bytes_s, "rate_cap_flop_s": cap}
-
-
-def _replace(law: TrainLaw, **kw) -> TrainLaw:
-    from dataclasses import replace
-
-    return replace(law, **kw)
 
 
 def predict_rows(

@@ -27,13 +27,17 @@ def _cfg_tuple(cfg) -> tuple:
     return (cfg.layers, cfg.hidden, cfg.heads, cfg.seq, cfg.batch, cfg.precision)
 
 
+def layer_parameter_count(h: int) -> int:
+    """Parameters of one encoder layer (attention q, k, v, output; two LayerNorms; 4H MLP)."""
+    return 4 * (h * h + h) + 2 * h + (h * 4 * h + 4 * h) + (4 * h * h + h) + 2 * h
+
+
 def parameter_count(layers: int, hidden: int, seq: int) -> int:
     """Parameters of BertForMaskedLM (tied decoder weights, 4H intermediate)."""
     h, v, pos = hidden, VOCAB, max(512, seq)
     emb = v * h + pos * h + 2 * h + 2 * h  # word, position, token type, LayerNorm
-    layer = 4 * (h * h + h) + 2 * h + (h * 4 * h + 4 * h) + (4 * h * h + h) + 2 * h
     head = h * h + h + 2 * h + v  # transform dense + LayerNorm + decoder bias (weight tied)
-    return emb + layers * layer + head
+    return emb + layers * layer_parameter_count(h) + head
 
 
 def analytic_counts(cfg) -> dict[str, float]:
@@ -139,10 +143,13 @@ def comm_bytes(params: int, gpus: int, strategy: str, cfg=None) -> dict[str, flo
             "reducescatter_bytes": 0.0,
         }
     if strategy == "fsdp":
-        # parameters gathered for forward and again for backward; gradients reduce-scattered
+        # parameters gathered for forward and the encoder layers' again for backward (FSDP2
+        # keeps the root's — embeddings, MLM head — gathered between the two; without cfg, an
+        # upper bound: everything twice); gradients reduce-scattered
+        again = grads if cfg is None else cfg.layers * layer_parameter_count(cfg.hidden) * FP32
         return {
             "allreduce_bytes": 0.0,
-            "allgather_bytes": 2 * f * grads,
+            "allgather_bytes": f * (grads + again),
             "reducescatter_bytes": f * grads,
         }
     if strategy == "tp":

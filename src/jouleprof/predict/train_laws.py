@@ -20,18 +20,18 @@ AXES = ("layers", "hidden", "heads", "seq", "batch")
 # `python -m jouleprof.predict.train_laws benchmarks/results/bert_sweep`.
 LAWS: dict[tuple[str, str, str], dict] = {
     ("bert", "h200", "bf16"): {
-        "a0_s": 0.0034483939194267814,
-        "a1_s": 0.0029752482063183454,
-        "rate_flop_s": 678599999999979.9,
-        "h0": 1143.1399122695916,
-        "p": 3.0321431811024153,
+        "a0_s": 0.003448487384753768,
+        "a1_s": 0.0029752618741263,
+        "rate_flop_s": 678599999999999.1,
+        "h0": 1143.2520609342216,
+        "p": 3.0326668073917666,
         "mem_bytes_s": 4188000000000.0,
         "p0_w": 103.15028250795264,
         "ef_j_per_flop": 7.730945471993693e-13,
         "ew_j_per_flop": 9.114555574607642e-10,
         "eb_j_per_byte": 1.5192691069441515e-10,
-        "rel_err_q90": 0.07893220706907922,
-        "t_rel_err_q90": 0.1872359152903038,
+        "rel_err_q90": 0.07893219299722753,
+        "t_rel_err_q90": 0.16590259545998642,
         "strategy_overhead": {},
     },
 }
@@ -42,7 +42,7 @@ def ceilings(gpu: str) -> dict[str, float]:
     from jouleprof.predict.roofline import load_gpu
 
     g = load_gpu(gpu)
-    return {"mem_bytes_s": g.mem_bytes_s, "rate_cap_flop_s": g.matmul_flops_s["bf16"]}
+    return {"mem_bytes_s": g.mem_bytes_s, "rate_flop_s": g.matmul_flops_s["bf16"]}
 
 
 def overheads_from(

@@ -40,7 +40,12 @@ KAPPA = {"ddp": 0.0, "fsdp": 0.0, "tp": 1.0, "none": 0.0}
 
 def share(cfg, gpus: int, strategy: str) -> dict[str, float]:
     """FLOPs, bytes moved and communication bytes of one GPU's share of the step."""
-    from jouleprof.predict.train_features import VOCAB, analytic_counts, train_features
+    from jouleprof.predict.train_features import (
+        VOCAB,
+        analytic_counts,
+        layer_parameter_count,
+        train_features,
+    )
 
     f = train_features(cfg, gpus=gpus, strategy=strategy)
     F, M, C = f["train_flops"], f["bytes_moved"], f["comm_bytes"]
@@ -52,7 +57,7 @@ def share(cfg, gpus: int, strategy: str) -> dict[str, float]:
         head_fwd = T * (2 * H * H + 2 * H * VOCAB)
         layer_f = F - 3 * head_fwd
         F = layer_f / gpus + 3 * head_fwd
-        layer_params = L * (12 * H * H + 13 * H)
+        layer_params = L * layer_parameter_count(H)
         state_per_param = 3 * 4 + 2 * 4 + 7 * 4  # params read 3×, grads 2×, AdamW (fp32)
         layer_state = layer_params * state_per_param
         act_per_byte = 2 if cfg.precision == "bf16" else 4
