@@ -31,7 +31,8 @@ def infer_cmd(
         str,
         typer.Option(
             help="clip: warm-up, synchronized passes for latency, then a ≥ 10 s sustained loop "
-            "for energy; steady: 3 warm-ups, synchronized passes for ≥ 6 s give both."
+            "for energy; steady: 3 warm-ups, synchronized passes for ≥ 6 s give both (what "
+            "`jouleprof predict infer` predicts)."
         ),
     ] = "clip",
     warmup: Annotated[int, typer.Option(help="Warm-up passes (clip protocol).", min=0)] = 5,
