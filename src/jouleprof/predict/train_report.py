@@ -61,10 +61,12 @@ def print_table(result: dict[str, Any]) -> None:
     )
     console = Console(width=max(Console().width, 150))
     console.print(t)
-    rep = result["repeatability"]
-    if rep["repeated"]:
-        spreads = ", ".join(f"{x['j_spread_pct']:.1f} %" for x in rep["repeated"])
-        console.print(f"repeatability (configurations measured twice, J spread): {spreads}")
+    for g in result["repeatability"]["groups"]:
+        what = "repeats" if g["same_configuration"] else "same proxies"
+        console.print(
+            f"{what} {', '.join(g['ids'])}: J spread {g['j_spread_pct']:.1f} %, "
+            f"s spread {g['s_spread_pct']:.1f} %"
+        )
     for s in result["strategies_one_gpu"]:
         console.print(
             f"{s['strategy']} on one GPU ({s['row']}): time ×{s['time_ratio']:.3f}, "
