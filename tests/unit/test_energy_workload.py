@@ -42,3 +42,24 @@ def test_workload_refuses_unknown_presets_and_options():
         wl.config("vit-tiny", None, None, {"colour": 1})
     with pytest.raises(ValueError, match="≥ 0"):
         wl.config("vit-tiny", None, None, {"lam": -1})
+
+
+@pytest.mark.parametrize(
+    "field, value, says",
+    [
+        ("arch", "resnet", "choose one of mlp"),
+        ("dataset", "svhn", "choose one of digits"),
+        ("lam", float("nan"), "lam (λ) must be a finite number ≥ 0"),
+        ("kind", "l0", "choose one of l1, l2, nonzero-macs"),
+        ("reduction", "max", "reduction must be one of"),
+        ("precision", "fp8", "precision must be one of ('fp32', 'bf16')"),
+    ],
+)
+def test_a_cell_and_a_workload_refuse_the_same_bad_choice_alike(field, value, says):
+    from jouleprof.workloads.energy_aware.cell import CellSpec
+    from jouleprof.workloads.energy_aware.workload import EnergyAwareConfig
+
+    for config in (CellSpec, EnergyAwareConfig):
+        with pytest.raises(ValueError) as e:
+            config(**{field: value})
+        assert says in str(e.value), (config.__name__, str(e.value))

@@ -68,3 +68,16 @@ def test_a_command_gets_the_flags_and_its_run_options():
     assert seen["name"] == "y" and seen["opts"].executor.config.partition == "p"
     r = CliRunner().invoke(app, ["--slurm-time", "5"])
     assert r.exit_code == 2 and "need --executor slurm" in r.output
+
+
+def test_comma_separated_numbers_name_the_flag_when_bad():
+    from jouleprof.cli.study_options import parse_numbers
+
+    assert parse_numbers("1, 2,4,", "--batch-sizes") == (1, 2, 4)
+    assert parse_numbers("0,1e-3", "--lambdas", float) == (0.0, 1e-3)
+    with pytest.raises(typer.BadParameter, match="--batch-sizes takes comma-separated integers"):
+        parse_numbers("1,x", "--batch-sizes")
+    with pytest.raises(typer.BadParameter, match="--lambdas takes comma-separated numbers"):
+        parse_numbers("0,a", "--lambdas", float)
+    with pytest.raises(typer.BadParameter, match="--lambdas is empty"):
+        parse_numbers(" , ", "--lambdas", float)

@@ -253,3 +253,26 @@ def test_a_cell_on_several_gpus_runs_under_torchrun(tmp_path):
     seen = sorted(p.name for p in cdir.glob("rank*"))
     assert seen == ["rank0", "rank1"], (cdir / "cell.log").read_text()[-2000:]
     assert (cdir / "rank1").read_text() == "2 0,1"  # both ranks, both GPUs, one cell
+
+
+def test_a_cells_own_exception_lands_in_error_txt_and_runs_csv(tmp_path):
+    from jouleprof.bench.matrix import write_cell_error
+
+    def slot(cell, cdir):  # a cell that fails inside the study's process, as in-process slots do
+        try:
+            try:
+                {}["preset"]
+            except KeyError as e:
+                raise ValueError("no such preset") from e
+        except ValueError as e:
+            assert write_cell_error(cdir, e) == "ValueError: no such preset"
+        return 1
+
+    res = run_matrix(tmp_path, {}, [ok("x", 1.0)], executor=LocalExecutor(slots=[slot]),
+                     progress=False)  # fmt: skip
+    text = (tmp_path / "cells" / "x" / "error.txt").read_text()
+    assert text.startswith("ValueError: no such preset\n\nTraceback")
+    assert "KeyError" in text  # the cause's traceback too
+    assert res.failed == ["x"]
+    row = pd.read_csv(tmp_path / "runs.csv").set_index("cell_id").loc["x"]
+    assert row["status"] == "failed" and row["error"] == "ValueError: no such preset"

@@ -148,3 +148,19 @@ def test_a_failing_slot_stops_the_study_with_its_error(tmp_path):
 
     with pytest.raises(RuntimeError, match="slot died"):
         run_study(spec(), tmp_path, slots=[broken, fake_runner()])
+
+
+def test_max_warmup_steps_reaches_every_cell_and_leaves_old_studies_resumable(tmp_path):
+    from jouleprof.bench.study import cell_config
+
+    cell = {"cell_id": "bs2-fine-r0", "batch_size": 2, "mode": "fine", "rep": 0}
+    assert cell_config(spec(max_warmup_steps=2), cell)["warmup"] == {"max_steps": 2}
+    assert "warmup" not in cell_config(spec(), cell)  # the cell's own default rule
+    # study.json of a study without the cap is what it was before the field existed
+    assert "max_warmup_steps" not in spec().to_json()
+    assert spec(max_warmup_steps=3).to_json()["max_warmup_steps"] == 3
+    with pytest.raises(ValueError, match="max_warmup_steps must be ≥ 2"):
+        spec(max_warmup_steps=1)
+    run_study(spec(max_warmup_steps=4), tmp_path, fake_runner())
+    written = json.loads((tmp_path / "cells" / "bs2-baseline-r0.config.json").read_text())
+    assert written["warmup"] == {"max_steps": 4}

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import sys
-import traceback
 from pathlib import Path
 
 EXIT_OOM = 3
@@ -34,9 +33,9 @@ def main(argv: list[str] | None = None) -> int:
         rec = RunDir(out).read_record()
         return EXIT_OOM if rec.extra.get("oom") else 0
     except Exception as e:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "error.txt").write_text(f"{type(e).__name__}: {e}\n\n{traceback.format_exc()}")
-        print(f"cell failed: {type(e).__name__}: {e}", file=sys.stderr)
+        from jouleprof.bench.matrix import write_cell_error
+
+        print(f"cell failed: {write_cell_error(out, e)}", file=sys.stderr)
         return 1
 
 

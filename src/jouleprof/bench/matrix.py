@@ -41,6 +41,19 @@ DONE = ("complete", "oom")
 _ID = re.compile(r"[A-Za-z0-9._-]+")
 
 
+def write_cell_error(cell_dir: Path, exc: BaseException) -> str:
+    """A cell's own failure into its error.txt: "Type: message" first (the line runs.csv
+    shows), then the traceback. Returns that first line."""
+    import traceback
+
+    first = f"{type(exc).__name__}: {exc}"
+    Path(cell_dir).mkdir(parents=True, exist_ok=True)
+    (Path(cell_dir) / ERROR_TXT).write_text(
+        f"{first}\n\n{''.join(traceback.format_exception(exc))}"
+    )
+    return first
+
+
 @dataclass(frozen=True)
 class Cell:
     """One cell of a study: a command that writes one run directory."""

@@ -22,6 +22,7 @@ from typing import Any
 from jouleprof.bench.index import CELLS_DIR
 from jouleprof.bench.matrix import Cell, Executor, run_matrix
 from jouleprof.bench.train import MODES
+from jouleprof.bench.warmup import WarmupRule
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,9 @@ class StudySpec:
     cell_timeout_s: float = 1800.0
     skip_larger_after_oom: bool = True
     overrides: dict[str, Any] = field(default_factory=dict)
+    max_warmup_steps: int | None = None
+    """Stop each cell's warm-up after this many steps (WarmupRule.max_steps); None: the rule's
+    default. A CPU's step times rarely settle, so a small study there waits out the default."""
 
     def __post_init__(self) -> None:
         bad = [m for m in self.modes if m not in MODES]
@@ -58,9 +62,18 @@ class StudySpec:
             raise ValueError(f"reps must be ≥ 1, got {self.reps}")
         if not self.duration_s > 0:
             raise ValueError(f"duration_s must be > 0, got {self.duration_s}")
+        least = WarmupRule().min_steps
+        if self.max_warmup_steps is not None and self.max_warmup_steps < least:
+            raise ValueError(
+                f"max_warmup_steps must be ≥ {least} (the warm-up's minimum), "
+                f"got {self.max_warmup_steps}"
+            )
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        if d["max_warmup_steps"] is None:  # a study.json from before the field still matches
+            del d["max_warmup_steps"]
+        return d
 
 
 def cells(spec: StudySpec) -> list[dict[str, Any]]:
@@ -90,6 +103,7 @@ def cell_config(spec: StudySpec, cell: dict[str, Any]) -> dict[str, Any]:
         "isolation_s": spec.isolation_s if fine and cell["rep"] == 0 else 0.0,
         "gpus": list(spec.gpus) if spec.gpus is not None else None,
         "overrides": spec.overrides,
+        **({"warmup": {"max_steps": spec.max_warmup_steps}} if spec.max_warmup_steps else {}),
     }
 
 

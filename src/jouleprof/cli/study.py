@@ -13,17 +13,7 @@ from typing import Annotated
 import typer
 
 from jouleprof.cli.console import fail, note
-from jouleprof.cli.study_options import RunOptions, run_options
-
-
-def _ints(text: str, flag: str) -> tuple[int, ...]:
-    try:
-        out = tuple(int(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise typer.BadParameter(f"{flag} takes comma-separated integers, got {text!r}") from None
-    if not out:
-        raise typer.BadParameter(f"{flag} is empty")
-    return out
+from jouleprof.cli.study_options import RunOptions, parse_numbers, run_options
 
 
 def parse_overrides(items: list[str]) -> dict[str, object]:
@@ -88,6 +78,14 @@ def study_cmd(
     time_budget_s: Annotated[
         float | None, typer.Option(help="Start no new cell after this long (rerun to resume).")
     ] = None,
+    max_warmup_steps: Annotated[
+        int | None,
+        typer.Option(
+            help="Stop each cell's wait for step times to settle after this many warm-up steps "
+            "(default 50; a CPU's step times rarely settle).",
+            show_default=False,
+        ),
+    ] = None,
     run_options: RunOptions = None,  # type: ignore[assignment]  (the shared flags)
 ) -> None:
     """V-JEPA2: batch size × measurement mode × repetition; rerunning the same command resumes."""
@@ -99,7 +97,7 @@ def study_cmd(
         spec = StudySpec(
             workload=workload,
             preset=preset,
-            batch_sizes=_ints(batch_sizes, "--batch-sizes"),
+            batch_sizes=parse_numbers(batch_sizes, "--batch-sizes", int),
             modes=tuple(m.strip() for m in modes.split(",") if m.strip()),
             reps=reps,
             duration_s=duration_s,
@@ -110,6 +108,7 @@ def study_cmd(
             gpus=parse_gpus(gpus),
             cell_timeout_s=cell_timeout_s,
             overrides=parse_overrides(set_ or []),
+            max_warmup_steps=max_warmup_steps,
         )
         from jouleprof.bench import workloads
 

@@ -24,13 +24,10 @@ def _names(text: str, flag: str, valid: tuple[str, ...]) -> tuple[str, ...]:
     return out
 
 
-def _floats(text: str, flag: str) -> tuple[float, ...]:
-    try:
-        out = tuple(float(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise typer.BadParameter(f"{flag} takes comma-separated numbers, got {text!r}") from None
-    if not out:
-        raise typer.BadParameter(f"{flag} is empty")
+def _lambdas(text: str, flag: str) -> tuple[float, ...]:
+    from jouleprof.cli.study_options import parse_numbers
+
+    out = parse_numbers(text, flag, float)
     bad = [v for v in out if not v >= 0 or v == float("inf")]
     if bad:
         raise typer.BadParameter(f"{flag}: λ must be finite and ≥ 0, got {bad}")
@@ -111,7 +108,7 @@ def energy_study_cmd(
         spec = EnergyStudySpec(
             archs=_names(archs, "--archs", tuple(ARCHS)),
             datasets=_names(datasets, "--datasets", DATASETS),
-            lambdas=_floats(lambdas, "--lambdas"),
+            lambdas=_lambdas(lambdas, "--lambdas"),
             seeds=seeds,
             kind=kind,
             reduction=reduction,

@@ -123,6 +123,19 @@ _OPTIONS: dict[str, tuple[Any, Any]] = {
 }
 
 
+def parse_numbers(text: str, flag: str, kind: type = int) -> tuple:
+    """'1,2,4' -> (1, 2, 4) (kind int or float); typer.BadParameter naming the flag when an
+    item is not a number of that kind or the list is empty."""
+    try:
+        out = tuple(kind(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        what = "integers" if kind is int else "numbers"
+        raise typer.BadParameter(f"{flag} takes comma-separated {what}, got {text!r}") from None
+    if not out:
+        raise typer.BadParameter(f"{flag} is empty")
+    return out
+
+
 def parse_gpu_list(text: str) -> list[int]:
     """'0,1' -> [0, 1]; 'all' -> every visible GPU. typer.BadParameter otherwise."""
     if text.strip().lower() == "all":

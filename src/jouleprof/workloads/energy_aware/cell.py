@@ -21,21 +21,17 @@ from __future__ import annotations
 import copy
 import json
 import logging
-import math
 import sys
 import time
-import traceback
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jouleprof.energy_aware.regularizer import KINDS, REDUCTIONS
-from jouleprof.workloads.energy_aware.datasets import DATASETS
-from jouleprof.workloads.energy_aware.models import ARCH_FIELDS, ARCHS
+from jouleprof.workloads.energy_aware.choices import check_choices
+from jouleprof.workloads.energy_aware.models import ARCH_FIELDS
 
 log = logging.getLogger(__name__)
 
-PRECISIONS = ("fp32", "bf16")
 EXIT_OOM = 3
 
 
@@ -85,20 +81,14 @@ class CellSpec:
     simulated, never measured)."""
 
     def __post_init__(self) -> None:
-        if self.arch not in ARCHS:
-            raise ValueError(f"unknown arch {self.arch!r}: choose one of {', '.join(ARCHS)}")
-        if self.dataset not in DATASETS:
-            raise ValueError(
-                f"unknown dataset {self.dataset!r}: choose one of {', '.join(DATASETS)}"
-            )
-        if not (math.isfinite(self.lam) and self.lam >= 0):
-            raise ValueError(f"lam (λ) must be a finite number ≥ 0, got {self.lam}")
-        if self.kind not in KINDS:
-            raise ValueError(f"unknown kind {self.kind!r}: choose one of {', '.join(KINDS)}")
-        if self.reduction not in REDUCTIONS:
-            raise ValueError(f"reduction must be one of {REDUCTIONS}, got {self.reduction!r}")
-        if self.precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
+        check_choices(
+            arch=self.arch,
+            dataset=self.dataset,
+            lam=self.lam,
+            kind=self.kind,
+            reduction=self.reduction,
+            precision=self.precision,
+        )
         for name in ("epochs", "batch_size", "infer_passes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be ≥ 1, got {getattr(self, name)}")
@@ -299,9 +289,9 @@ def run_block(items: list[tuple[CellSpec, Path]]) -> list[tuple[Path, str | None
             run_cell(spec, out, cache)
             done.append((out, None))
         except Exception as e:  # a cell's failure is its row, never the block's end
-            out.mkdir(parents=True, exist_ok=True)
-            (out / "error.txt").write_text(f"{type(e).__name__}: {e}\n\n{traceback.format_exc()}")
-            done.append((out, f"{type(e).__name__}: {e}"))
+            from jouleprof.bench.matrix import write_cell_error
+
+            done.append((out, write_cell_error(out, e)))
     return done
 
 
@@ -335,9 +325,9 @@ def main(argv: list[str] | None = None) -> int:
 
         return EXIT_OOM if RunDir(out).read_record().extra.get("oom") else 0
     except Exception as e:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "error.txt").write_text(f"{type(e).__name__}: {e}\n\n{traceback.format_exc()}")
-        print(f"cell failed: {type(e).__name__}: {e}", file=sys.stderr)
+        from jouleprof.bench.matrix import write_cell_error
+
+        print(f"cell failed: {write_cell_error(out, e)}", file=sys.stderr)
         return 1
 
 

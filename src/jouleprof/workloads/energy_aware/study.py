@@ -28,7 +28,6 @@ import math
 import random
 import sys
 import time
-import traceback
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -208,7 +207,9 @@ class InProcessSlot:
                 f.write(f"ran in process in {time.perf_counter() - t0:.2f} s\n")
             return EXIT_OOM if oom else 0
         except Exception as e:  # the cell's failure is its row; the study goes on
-            (cdir / "error.txt").write_text(f"{type(e).__name__}: {e}\n\n{traceback.format_exc()}")
+            from jouleprof.bench.matrix import write_cell_error
+
+            write_cell_error(cdir, e)
             return 1
         finally:
             root.removeHandler(handler)

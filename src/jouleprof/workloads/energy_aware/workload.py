@@ -8,15 +8,13 @@ vit-small); overrides set the `EnergyAwareConfig` fields (lam, kind, dataset, wi
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from jouleprof.energy_aware.regularizer import KINDS, REDUCTIONS
 from jouleprof.timeline.markers import NullRecorder, PhaseMarker
-from jouleprof.workloads.energy_aware.datasets import DATASETS
+from jouleprof.workloads.energy_aware.choices import check_choices
 from jouleprof.workloads.energy_aware.models import ARCH_FIELDS, ARCHS, arch_config
 
 
@@ -45,22 +43,16 @@ class EnergyAwareConfig:
     arch_overrides: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.arch not in ARCHS:
-            raise ValueError(f"unknown arch {self.arch!r}: choose one of {', '.join(ARCHS)}")
-        if self.dataset not in DATASETS:
-            raise ValueError(
-                f"unknown dataset {self.dataset!r}: choose one of {', '.join(DATASETS)}"
-            )
-        if not (math.isfinite(self.lam) and self.lam >= 0):
-            raise ValueError(f"lam must be a finite number ≥ 0, got {self.lam}")
-        if self.kind not in KINDS:
-            raise ValueError(f"unknown kind {self.kind!r}: choose one of {', '.join(KINDS)}")
-        if self.reduction not in REDUCTIONS:
-            raise ValueError(f"reduction must be one of {REDUCTIONS}, got {self.reduction!r}")
+        check_choices(
+            arch=self.arch,
+            dataset=self.dataset,
+            lam=self.lam,
+            kind=self.kind,
+            reduction=self.reduction,
+            precision=self.precision,
+        )
         if self.batch_size < 1:
             raise ValueError(f"batch_size must be ≥ 1, got {self.batch_size}")
-        if self.precision not in ("fp32", "bf16"):
-            raise ValueError(f"precision must be fp32 or bf16, got {self.precision!r}")
         arch_config(self.arch, **self.arch_overrides)  # checks the overrides
 
 
