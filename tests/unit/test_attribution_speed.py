@@ -19,7 +19,7 @@ from scipy.optimize import nnls
 
 from jouleprof.attribution import stages
 from jouleprof.attribution.common import build_timeline
-from jouleprof.attribution.kernels import exponential, triangle
+from jouleprof.attribution.kernels import BOXCAR, exponential, triangle
 from jouleprof.attribution.nnls import nnls_rows
 from jouleprof.attribution.placement import (
     Placement,
@@ -130,6 +130,47 @@ def test_a_design_of_some_rows_is_those_rows_of_the_whole():
         np.testing.assert_array_equal(pl.design(theta, only=m), whole[m])
     moved = pl.moved_rows(np.array([0, 0, 0, 0, 0, 0, 1e-5]))
     assert np.array_equal(moved, kind == BUFFER)
+
+
+@pytest.mark.parametrize("delays", [None, ((0.0, 0.6), (0.006, 0.4))])
+def test_placement_derivatives_equal_central_differences(delays):
+    """`Placement.derivatives` (closed form) against central differences of the design with
+    a step far below every row's σ: each shift's derivative, and the instant window's."""
+    tl = _timeline(8)
+    rng = np.random.default_rng(9)
+    n = 1200
+    t1 = np.sort(rng.uniform(tl.edges_s[0] + 0.5, tl.edges_s[-1] - 0.5, n))
+    kind = rng.choice([COUNTER, INSTANT, BUFFER], n)
+    dur = np.where(
+        kind == COUNTER, rng.uniform(0.08, 0.12, n), np.where(kind == INSTANT, 0.025, 0.06)
+    )
+    own_sd = np.where(kind == INSTANT, rng.uniform(0.5e-3, 2e-3, n), np.nan)
+    rows = SensorRows(t1 - dur, t1, np.full(n, 300.0), kind, np.ones(n), own_sd)
+    cols = list(range(2, len(tl.names)))
+    extra = {} if delays is None else {"counter_delays": delays}
+    for instant_kernel in (BOXCAR, triangle()):
+        pl = Placement(
+            tl,
+            rows,
+            cols,
+            np.array([0.0015, 0.004, 0.004, 0.0003]),
+            np.linspace(-1, 1, n),
+            instant_kernel,
+            exponential(),
+            **extra,
+        )
+        theta = np.array([2e-4, -1e-4, 5e-4, 1e-4, 2e-3, 0.01, -3e-4])
+        power = rng.uniform(100, 600, len(cols))
+        d_shift, d_window = pl.derivatives(theta, power, pl.design(theta) @ power)
+        h = 2e-7
+        for i, got in ((0, d_shift), (2, d_shift), (6, d_shift), (4, d_window)):
+            e = np.zeros(7)
+            e[i] = h
+            m = pl.moved_rows(e)
+            fd = (pl.design(theta + e) - pl.design(theta - e))[m] @ power / (2 * h)
+            assert np.abs(fd).max() > 100  # rows on power steps: a comparison of non-zeros
+            np.testing.assert_allclose(got[m], fd, rtol=0, atol=1e-5 * np.abs(fd).max())
+        assert np.all(d_window[kind != INSTANT] == 0)
 
 
 def test_stages_are_timed_and_reported():

@@ -35,6 +35,7 @@ import numpy as np
 
 from jouleprof.attribution.common import Timeline
 from jouleprof.attribution.kernels import BOXCAR, Boxes, Delays
+from jouleprof.attribution.knot_design import SegmentShares
 from jouleprof.attribution.nnls import nnls_rows
 from jouleprof.attribution.rows import BUFFER, COUNTER, INSTANT, SensorRows, jitter_variance_w2
 
@@ -48,7 +49,6 @@ PARAMS: tuple[str, ...] = (
     "buffer_shift_s",
 )
 _MIN_ROW_VAR_W2 = 0.01  # floor on a row's noise variance: no row is trusted beyond 0.1 W
-_STEP_S = 20e-6  # finite-difference step of the Jacobian
 NO_DELAY: Delays = ((0.0, 1.0),)
 
 
@@ -176,7 +176,22 @@ class Placement:
         `buffer_stretch` scales the buffer rows' window (the systematic spread asks what a
         window measured a little longer or shorter would change). `only` (a mask of rows):
         those rows alone, as they would be in the whole design. `power_w` (one per fitted
-        label): the design times those powers, each row's modelled mean power, (rows,)."""
+        label): the design times those powers, each row's modelled mean power, (rows,).
+
+        The whole design at a θ is kept until the next one is asked for (read-only): the fit
+        asks for it again where a round of Gauss-Newton starts."""
+        whole = sigma_s is None and buffer_stretch == 1.0 and only is None and power_w is None
+        key = np.asarray(theta, dtype=float).tobytes()
+        kept = self.__dict__.get("_whole")
+        if whole and kept is not None and kept[0] == key:
+            return kept[1]
+        out = self._design(theta, sigma_s, buffer_stretch, only, power_w)
+        if whole:
+            out.flags.writeable = False
+            self.__dict__["_whole"] = (key, out)
+        return out
+
+    def _design(self, theta, sigma_s, buffer_stretch, only, power_w) -> np.ndarray:
         sig = self.sigma_s if sigma_s is None else np.maximum(sigma_s, 0.0)
         r = self.placed(theta)
         if only is not None:
@@ -214,6 +229,47 @@ class Placement:
                 r.t1_s[plain], d, _BOX_MULTIPLES, coefs, row_sig[plain], self.cols, power_w
             )
         return out
+
+    def derivatives(self, theta: np.ndarray, power_w: np.ndarray, modelled_w: np.ndarray):
+        """How each row's modelled power (`modelled_w`, the design at `theta` times `power_w`)
+        moves with its own shift and, for the instant rows, their window's length (W/s), in
+        closed form (`knot_design`): (d/d shift, d/d window; 0 where a row has none)."""
+        r = self.placed(theta)
+        row_sig = r.row_sigma_s(self.sigma_s)
+        shares = self.__dict__.get("_shares")
+        if shares is None:
+            shares = self.__dict__["_shares"] = SegmentShares(self.timeline, self.cols)
+        d_shift, d_window = np.zeros(len(r)), np.zeros(len(r))
+        d = r.duration_s
+        # Each kind's knots: x_k = t1 − m_k d with coefficients γ_k / d (a boxcar: m = 0, 1;
+        # γ = 1, −1), or the counter's delayed copies of its interval.
+        groups = []
+        plain = np.ones(len(r), dtype=bool)
+        for kind, kernel in ((INSTANT, self.kernel), (BUFFER, self.buffer_kernel)):
+            m = r.kind == kind
+            if kernel == BOXCAR or not m.any():
+                continue
+            groups.append((m, *kernel_multiples(kernel)))
+            plain &= ~m
+        if self.counter_delays != NO_DELAY:
+            m = r.kind == COUNTER
+            if m.any():
+                knots, coefs = delay_knots(r.t0_s[m], r.t1_s[m], self.counter_delays)
+                hat = shares.power_at(knots, row_sig[m], power_w)
+                d_shift[m] = np.sum(coefs * hat, axis=1)
+                plain &= ~m
+        groups.append((plain, _BOX_MULTIPLES, np.array([1.0, -1.0])))
+        for m, mult, gamma in groups:
+            if not m.any():
+                continue
+            dm = d[m]
+            knots = r.t1_s[m][:, None] - mult[None, :] * dm[:, None]
+            hat = shares.power_at(knots, row_sig[m], power_w)
+            coefs = gamma[None, :] / dm[:, None]
+            d_shift[m] = np.sum(coefs * hat, axis=1)
+            d_window[m] = -modelled_w[m] / dm - np.sum(coefs * mult[None, :] * hat, axis=1)
+        d_window[r.kind != INSTANT] = 0.0
+        return d_shift, d_window
 
     def target(self, theta: np.ndarray, buffer_scale: float = 1.0) -> np.ndarray:
         """Each row's mean power with the power fields' gain taken out (W); the buffer's rows
@@ -269,18 +325,16 @@ def refine(
         x = pl.design(theta)
         y = pl.target(theta)
         power = fit_powers(x * w[:, None], y * w)
-        r = (y - x @ power) * w
-        grads = {6: np.zeros(len(w))}
-        for i in shifts:  # a drift's derivative is its shift's times u
+        modelled = x @ power
+        r = (y - modelled) * w
+        # The shifts' derivatives in closed form (a drift's is its shift's times u).
+        d_shift, d_window = pl.derivatives(theta, power, modelled)
+        grads = {i: np.zeros(len(w)) for i in (0, 2, 4, 6)}
+        for i in shifts:
             e = np.zeros(len(theta))
-            e[i] = _STEP_S
-            # Only the rows the term moves: the others' derivative is 0.
-            m = pl.moved_rows(e)
-            grads[i] = np.zeros(len(w))
-            if m.any():
-                up = pl.design(theta + e, only=m, power_w=power)
-                down = pl.design(theta - e, only=m, power_w=power)
-                grads[i][m] = (up - down) / (2 * _STEP_S) * w[m]
+            e[i] = 1.0
+            m = pl.moved_rows(e)  # only the rows the term moves: the others' derivative is 0
+            grads[i][m] = (d_window if i == 4 else d_shift)[m] * w[m]
         gain = np.where(field_rows, pl.rows.power_w / (1.0 + theta[5]) ** 2, 0.0) * w
         jac = np.column_stack(
             [

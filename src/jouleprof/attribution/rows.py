@@ -294,8 +294,12 @@ def jitter_variance_w2(
     z, wq = np.polynomial.hermite_e.hermegauss(9)
     wq = wq / wq.sum()
     sig = np.broadcast_to(np.asarray(sigma_s, dtype=float), rows.t0_s.shape)
-    g0 = np.stack([timeline.energy_until_j(rows.t0_s + sig * zi, power_w) for zi in z])
-    g1 = np.stack([timeline.energy_until_j(rows.t1_s + sig * zi, power_w) for zi in z])
+    # The energy at every segment edge once; each point then one interpolation (as
+    # `Timeline.energy_until_j`, which forms the same table per call).
+    edges = timeline.edges_s
+    at_edges = timeline.energy_until_j(edges, power_w)
+    g0 = np.stack([np.interp(rows.t0_s + sig * zi, edges, at_edges) for zi in z])
+    g1 = np.stack([np.interp(rows.t1_s + sig * zi, edges, at_edges) for zi in z])
     g0 -= g0[len(z) // 2]  # centre before squaring: G itself is large
     g1 -= g1[len(z) // 2]
 
