@@ -1,0 +1,271 @@
+"""Evaluate benchmarks/ref_loops.py's results offline: attribution against the references.
+
+    PYTHONPATH=src python3 benchmarks/ref_loops_eval.py RESULTS_DIR [--out DIR] [--target-pct 5]
+
+RESULTS_DIR holds meta.json, loops.csv and per loop loops/<loop>/{fine,ref}/ or <loop>.tar.gz
+(unpacked into --out). Per loop × method (regression; proportional = time share) × phase:
+the reference per occurrence both ways (alone, added: benchmarks/ref_loops_refs.py), the
+estimate per occurrence, its error and interval, resolved or not, the phase's share of the
+step's energy (reference × occurrences over the measured step energy), and for an unresolved
+phase the steps (seconds) of fine measurement it would need. The issue's target, per loop:
+every phase ≥ 10 % of the step's energy resolved within ±5 % with its reference inside its
+interval; every phase ≥ 2 % resolved or reported unresolved with the steps it would need.
+
+Writes --out/ref_loops_eval.csv, ref_loops_eval.md and targets.csv; prints the markdown.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tarfile
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from ref_loops_refs import references  # noqa: E402
+
+BIG_PCT, SMALL_PCT = 10.0, 2.0
+METHODS = ("regression", "proportional")
+
+
+def unpack(results: Path, work: Path) -> Path:
+    """The directory holding loops/<loop>/: `results` itself, or `work` with the archives
+    unpacked into it."""
+    tars = sorted(results.glob("*.tar.gz"))
+    if not tars:
+        return results
+    work.mkdir(parents=True, exist_ok=True)
+    for t in tars:
+        with tarfile.open(t) as tar:
+            tar.extractall(work, filter="data")
+    return work
+
+
+def occurrences(fine_dir: Path, res) -> dict[str, int]:
+    """How often each phase ran in the analysed steps of the fine run."""
+    from jouleprof.store.rundir import RunDir
+
+    spans = RunDir(fine_dir).read_spans()
+    steps = sorted(spans["step"].unique())
+    used = set(steps[res.warmup_steps : res.warmup_steps + res.n_steps])
+    s = spans[spans["step"].isin(used)]
+    return {str(k): int(v) for k, v in s.groupby("phase").size().items()}
+
+
+def _attribute(fine_dir: Path, method: str, device: str):
+    from jouleprof.attribution.api import attribute
+
+    opts = {}
+    if method == "regression" and device == "sim0":
+        opts["bins"] = False  # simulated phases draw flat power
+    return attribute(fine_dir, method, device=device, **opts).devices[0]
+
+
+def _fine_device(fine_dir: Path) -> str:
+    from jouleprof.store.rundir import RunDir
+
+    devs = set(RunDir(fine_dir).read_samples()["device"].astype(str))
+    gpus = sorted(d for d in devs if d.startswith("gpu"))
+    return gpus[0] if gpus else "sim0"
+
+
+PACE_TOL = 0.25
+"""A phase replayed alone whose time per call differs from its time in the measured steps by
+more than this ran at another pace (launch-bound alone, throttled alone): not its reference."""
+
+
+def _paced(ref, step_ms: float | None):
+    """`ref`, its reference switched to the added one where the alone replay ran at another
+    pace than the phase in the measured steps (and the added one exists)."""
+    from dataclasses import replace
+
+    if ref is None or step_ms is None or not ref.alone_ms or ref.added_j is None:
+        return ref
+    ratio = ref.alone_ms / step_ms
+    if abs(ratio - 1) <= PACE_TOL or ref.ref_source == "added":
+        return ref
+    note = (
+        f"alone it ran {ref.alone_ms:.3g} ms a call against {step_ms:.3g} ms in the steps: "
+        "the added reference (priced in its step) is used"
+    )
+    return replace(ref, ref_j=ref.added_j, ref_lo_j=ref.added_lo_j, ref_hi_j=ref.added_hi_j,
+                   ref_source="added (pace)", note=note)  # fmt: skip
+
+
+def phase_rows(loop: str, method: str, res, occ: dict, refs: dict, target_rel: float) -> list:
+    """One row per reported phase (joint rows too) of `res` against the references."""
+    times_ms = {p.phase: 1e3 * p.time_s / occ[p.phase] for p in res.phases if occ.get(p.phase)}
+    per_step_j = res.step_energy_j / res.n_steps if res.step_energy_j else None
+    needs = {u["phase"]: u for u in res.diagnostics.get("steps_needed_unresolved", [])}
+    rows = []
+    for p in res.phases:
+        if p.phase in ("idle", "untracked") or p.phase.startswith("<"):
+            continue
+        parts = p.phase.split("+")
+        n_occ = occ.get(parts[0], 0)
+        ref = [_paced(refs["phases"].get(q), times_ms.get(q)) for q in parts]
+        have = all(r is not None and r.ref_j is not None for r in ref) and n_occ
+        ref_j = sum(r.ref_j for r in ref) if have else None
+        row = {
+            "loop": loop,
+            "method": method,
+            "phase": p.phase,
+            "occ_per_step": n_occ / res.n_steps if res.n_steps else None,
+            "time_ms": 1e3 * p.time_s / n_occ if n_occ else None,
+            "ref_alone_ms": _sum([r.alone_ms for r in ref]) if all(ref) else None,
+            "ref_alone_j": _sum([r.alone_j for r in ref]) if all(ref) else None,
+            "ref_added_j": _sum([r.added_j for r in ref]) if all(ref) else None,
+            "ref_diff_pct": ref[0].diff_pct if len(ref) == 1 and ref[0] else None,
+            "near_limit": any(r.near_limit for r in ref if r),
+            "max_read_w": max((r.max_read_w or 0) for r in ref if r) if any(ref) else None,
+            "ref_j": ref_j,
+            "ref_source": "+".join(r.ref_source for r in ref if r),
+            "ref_note": "; ".join(r.note for r in ref if r and r.note),
+            "share_pct": 100 * ref_j * n_occ / res.n_steps / per_step_j
+            if ref_j and per_step_j
+            else None,
+            "resolved": bool(p.resolved),
+            "estimate_j": p.energy_j / n_occ if p.resolved and n_occ else None,
+            "lo_j": p.energy_lo_j / n_occ if p.resolved and n_occ else None,
+            "hi_j": p.energy_hi_j / n_occ if p.resolved and n_occ else None,
+            "note": p.note,
+        }
+        if row["estimate_j"] is not None and ref_j:
+            row["error_pct"] = 100 * (row["estimate_j"] - ref_j) / ref_j
+            row["half_width_pct"] = 50 * (row["hi_j"] - row["lo_j"]) / row["estimate_j"]
+            row["inside"] = bool(row["lo_j"] <= ref_j <= row["hi_j"])
+        u = needs.get(p.phase)
+        if u is not None:
+            row["steps_to_resolve"] = u["steps_to_resolve"]
+            row["seconds_to_resolve"] = u["seconds_to_resolve"]
+            row["steps_to_target"] = u["steps_to_target"]
+        rows.append(row)
+    return rows
+
+
+def _sum(values):
+    return None if any(v is None for v in values) else float(sum(values))
+
+
+def target(loop: str, rows: list[dict], target_pct: float) -> dict:
+    """The issue's target for one loop's regression rows (module docstring)."""
+    reg = [r for r in rows if r["method"] == "regression" and "+" not in r["phase"]]
+    fails = []
+    for r in reg:
+        share = r.get("share_pct")
+        if share is None:
+            if r["ref_j"] is None:
+                fails.append(f"{r['phase']}: no reference")
+            continue
+        if share >= BIG_PCT:
+            ok = r["resolved"] and abs(r.get("error_pct", np.inf)) <= target_pct and r.get("inside")
+            if not ok:
+                why = (
+                    "unresolved"
+                    if not r["resolved"]
+                    else f"{r['error_pct']:+.1f} % ±{r['half_width_pct']:.1f} %"
+                    + ("" if r.get("inside") else ", reference outside")
+                )
+                fails.append(f"{r['phase']} ({share:.0f} %): {why}")
+        elif share >= SMALL_PCT and not r["resolved"] and not r.get("steps_to_resolve"):
+            fails.append(f"{r['phase']} ({share:.0f} %): unresolved without the steps it needs")
+    return {"loop": loop, "met": not fails, "fails": "; ".join(fails)}
+
+
+def evaluate(base: Path, meta: dict, target_pct: float) -> tuple[list[dict], list[dict], dict]:
+    limit = meta.get("power_limit_w")
+    rows, targets, extra = [], [], {}
+    loops_dir = base / "loops"
+    names = sorted(p.name for p in loops_dir.iterdir() if (p / "fine").is_dir())
+    ref_cache = {}
+    for name in names:
+        d = loops_dir / name
+        ref_dir = d / "ref" if (d / "ref").is_dir() else loops_dir / "user4" / "ref"
+        try:
+            if ref_dir not in ref_cache:
+                ref_cache[ref_dir] = references(ref_dir, limit)
+            refs = ref_cache[ref_dir]
+            dev = _fine_device(d / "fine")
+            loop_rows = []
+            for method in METHODS:
+                res = _attribute(d / "fine", method, dev)
+                occ = occurrences(d / "fine", res)
+                loop_rows += phase_rows(name, method, res, occ, refs, target_pct / 100)
+                if method == "regression":
+                    extra[name] = {
+                        "n_steps": res.n_steps,
+                        "step_ms": 1e3 * res.step_time_s,
+                        "device": dev,
+                        "notes": res.notes,
+                        "fitted_power_w": res.diagnostics.get("fitted_power_w"),
+                        "ceiling": None,
+                    }
+                    extra[name].update(_excite(d / "fine", res))
+            rows += loop_rows
+            targets.append(target(name, loop_rows, target_pct))
+        except Exception as e:  # noqa: BLE001 — a loop that cannot be evaluated is a row
+            targets.append({"loop": name, "met": False, "fails": f"{type(e).__name__}: {e}"})
+    return rows, targets, extra
+
+
+def _excite(fine_dir: Path, res) -> dict:
+    from jouleprof.attribution.excitation import overhead
+    from jouleprof.store.rundir import RunDir
+
+    rd = RunDir(fine_dir)
+    if "excite" not in rd.read_record().extra:
+        return {}
+    return {"excite": overhead(rd.read_spans(), res)}
+
+
+def markdown(rows: list[dict], targets: list[dict]) -> str:
+    cols = ["loop", "method", "phase", "share_pct", "ref_alone_j", "ref_added_j", "ref_j",
+            "estimate_j", "error_pct", "half_width_pct", "inside", "resolved",
+            "steps_to_resolve"]  # fmt: skip
+    out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for r in rows:
+        out.append("| " + " | ".join(_fmt(r.get(c)) for c in cols) + " |")
+    out += ["", "| loop | target met | why not |", "|---|---|---|"]
+    out += [f"| {t['loop']} | {'yes' if t['met'] else 'no'} | {t['fails']} |" for t in targets]
+    return "\n".join(out) + "\n"
+
+
+def _fmt(v) -> str:
+    if v is None or (isinstance(v, float) and not np.isfinite(v)):
+        return ""
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("results", type=Path)
+    ap.add_argument("--out", type=Path, default=None, help="default: RESULTS_DIR/eval")
+    ap.add_argument("--target-pct", type=float, default=5.0)
+    args = ap.parse_args(argv)
+    if not (args.results / "meta.json").is_file():
+        ap.error(f"{args.results} has no meta.json: give a benchmarks/ref_loops.py --out dir")
+    out = args.out or args.results / "eval"
+    out.mkdir(parents=True, exist_ok=True)
+    meta = json.loads((args.results / "meta.json").read_text())
+    base = unpack(args.results, out / "unpacked")
+    rows, targets, extra = evaluate(base, meta, args.target_pct)
+    pd.DataFrame(rows).to_csv(out / "ref_loops_eval.csv", index=False)
+    pd.DataFrame(targets).to_csv(out / "targets.csv", index=False)
+    (out / "loops_detail.json").write_text(json.dumps(extra, indent=2, default=str) + "\n")
+    md = markdown(rows, targets)
+    (out / "ref_loops_eval.md").write_text(md)
+    print(md)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

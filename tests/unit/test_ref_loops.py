@@ -1,0 +1,113 @@
+"""benchmarks/ref_loops.py (the reference-loop GPU script) in its CPU smoke mode, its
+references on the simulated GPU (ref_loops_refs.py, ref_loops_sim.py) and the evaluation's
+target check (ref_loops_eval.py)."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+import tarfile
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+def _mod(name: str):
+    if str(BENCHMARKS) not in sys.path:
+        sys.path.insert(0, str(BENCHMARKS))
+    return importlib.import_module(name)
+
+
+def test_smoke_run_packs_a_loop_and_the_evaluation_reads_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("JP_COMMIT", "abc123")
+    rl = _mod("ref_loops")
+    out = tmp_path / "res"
+    assert rl.main(["--out", str(out), "--smoke", "--loops", "user4", "--pack"]) == 0
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["git_commit"] == "abc123" and meta["device"] == "cpu"
+    assert "--smoke" in meta["command"] and meta["date_utc"] and meta["torch"]
+    rows = pd.read_csv(out / "loops.csv")
+    assert list(rows["status"]) == ["ok"] and rows["n_steps"].iloc[0] > 0
+    assert not (out / "loops").exists() or not any((out / "loops").iterdir())
+    with tarfile.open(out / "user4.tar.gz") as tar:
+        names = tar.getnames()
+    assert "loops/user4/fine/spans.csv" in names and "loops/user4/ref/ref_windows.csv" in names
+
+    ev = _mod("ref_loops_eval")
+    assert ev.main([str(out), "--out", str(tmp_path / "ev")]) == 0
+    table = pd.read_csv(tmp_path / "ev" / "ref_loops_eval.csv")
+    assert set(table["method"]) == {"regression", "proportional"}
+    assert {"gemm", "copy", "spin", "tiny"} <= set(table["phase"])
+    wins = pd.read_csv(tmp_path / "ev" / "unpacked" / "loops/user4/ref/ref_windows.csv")
+    assert list(wins["kind"]).count("plain") == 2 and (wins["kind"] == "idle").sum() == 1
+    for kind in ("alone", "added"):
+        assert set(wins.loc[wins["kind"] == kind, "phase"]) == {"gemm", "copy", "spin", "tiny"}
+    assert (tmp_path / "ev" / "ref_loops_eval.md").read_text().count("| user4 |") >= 8
+
+
+def test_a_loop_that_fails_is_a_row_and_the_next_one_runs(tmp_path, monkeypatch):
+    rl = _mod("ref_loops")
+    defs = _mod("ref_loops_defs")
+
+    class Boom(defs.Loop):
+        name = "boom"
+
+        def build(self):
+            raise RuntimeError("out of memory (on purpose)")
+
+    class Tiny(defs.Loop):
+        name = "tiny1"
+
+        def cycle(self):
+            return [[("only", lambda again: None)]]
+
+    monkeypatch.setitem(rl.LOOPS, "boom", Boom)
+    monkeypatch.setitem(rl.LOOPS, "tiny1", Tiny)
+    out = tmp_path / "res"
+    assert rl.main(["--out", str(out), "--smoke", "--loops", "boom,tiny1"]) == 0
+    rows = pd.read_csv(out / "loops.csv").set_index("loop")
+    assert rows.loc["boom", "status"] == "error"
+    assert "out of memory (on purpose)" in rows.loc["boom", "error"]
+    assert "RuntimeError" in (out / "loops" / "boom" / "error.txt").read_text()
+    assert rows.loc["tiny1", "status"] == "ok"
+    with pytest.raises(SystemExit):
+        rl.main(["--out", str(out), "--smoke", "--loops", "nosuch"])
+
+
+def test_the_two_references_agree_with_the_simulated_truth(tmp_path):
+    sim = _mod("ref_loops_sim")
+    refs = _mod("ref_loops_refs")
+    loop = sim.SIM_LOOPS["user4"]
+    sim.write_ref(loop, tmp_path / "ref", ref_s=1.5)
+    got = refs.references(tmp_path / "ref", power_limit_w=700.0)
+    assert abs(got["idle_w"] - loop.idle_w) < 2.0
+    for ph in loop.phases:
+        r = got["phases"][ph.name]
+        truth = ph.w * ph.ms / 1e3  # the phase's time varies ±1 % a call around ph.ms
+        assert abs(r.alone_j / truth - 1) < 0.01, (ph.name, r.alone_j, truth)
+        assert r.added_lo_j <= truth <= r.added_hi_j, (ph.name, r)
+        assert r.agree
+        # Only the 850 W GEMM reads above 95 % of a 700 W limit.
+        assert r.near_limit == (ph.w > 700 * 0.95), ph.name
+
+
+def test_target_check():
+    ev = _mod("ref_loops_eval")
+
+    def row(phase, share, resolved, err=None, inside=None, need=None):
+        r = {"method": "regression", "phase": phase, "share_pct": share, "resolved": resolved,
+             "ref_j": 1.0, "steps_to_resolve": need}  # fmt: skip
+        if resolved:
+            r.update(error_pct=err, half_width_pct=4.0, inside=inside)
+        return r
+
+    ok = [row("a", 80, True, 1.0, True), row("b", 5, False, need=4000), row("c", 1, False)]
+    assert ev.target("L", ok, 5.0)["met"]
+    bad = ev.target("L", [row("a", 80, True, 6.0, True), row("b", 5, False)], 5.0)
+    assert not bad["met"] and "a (80 %)" in bad["fails"] and "b (5 %)" in bad["fails"]
+    outside = ev.target("L", [row("a", 30, True, 1.0, False)], 5.0)
+    assert "reference outside" in outside["fails"]
