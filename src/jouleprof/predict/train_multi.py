@@ -17,6 +17,10 @@ is exposed (not hidden behind compute):
     t_N = o_s · t_1(share) + κ · C / B,         η = t_1(share) / t_N
     E_N = N · (P0·t_N + (e_F + e_W/H)·F_share + e_B·(M_share + C))
 
+Not modelled: TP narrows every GPU's matmuls (one of their dimensions becomes H/N), which raises
+their operand traffic per FLOP; the share keeps the width term at the full H, so TP's time and
+energy are underestimated by that much.
+
 κ and B need measurements on several GPUs and are not fitted: the point estimate takes κ = 0 for
 DDP and FSDP (their collectives overlap the backward pass and the next layer's compute), κ = 1 for
 TP (its all-reduces sit on the critical path), B = the datasheet NVLink bandwidth; the interval
