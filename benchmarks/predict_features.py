@@ -1,7 +1,12 @@
 """Trace every model of predict_collect.MODELS (CPU, no GPU) at batch 1 and 2 per precision and
 write the operator records, so the dataset's features at any batch follow by linearity.
 
-    PYTHONPATH=src python3 benchmarks/predict_features.py OUT_DIR [--precisions bf16 fp32]
+    PYTHONPATH=src python3 benchmarks/predict_features.py OUT_DIR [--precisions bf16 fp32] \
+        [--cached-casts auto|yes|no]
+
+--cached-casts: whether a steady pass skips the weights' casts to half precision. It must match
+the torch the GPU ran: the collection's meta_run_*.json says (autocast_casts_per_pass: equal
+counts = no cache = "no"); auto follows this machine's torch.
 
 Writes OUT_DIR/ops/<spec>__<precision>__b<batch>.parquet and OUT_DIR/models_meta.csv (params,
 module calls, input shape, unsupported operators); a file already there is skipped (resumable).
@@ -25,6 +30,7 @@ def main(argv=None) -> int:
     ap.add_argument("out", type=Path)
     ap.add_argument("--precisions", nargs="+", default=["bf16", "fp32"])
     ap.add_argument("--models", nargs="*", default=None, help="specs (default: all of MODELS)")
+    ap.add_argument("--cached-casts", choices=("auto", "yes", "no"), default="auto")
     args = ap.parse_args(argv)
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from predict_collect import MODELS
@@ -33,6 +39,7 @@ def main(argv=None) -> int:
     from jouleprof.workloads.zoo import resolve
 
     specs = args.models or [s for _, s in MODELS]
+    cached = {"auto": None, "yes": True, "no": False}[args.cached_casts]
     (args.out / "ops").mkdir(parents=True, exist_ok=True)
     meta_path = args.out / "models_meta.csv"
     new = not meta_path.exists()
@@ -50,7 +57,7 @@ def main(argv=None) -> int:
                         continue
                     t = time.perf_counter()
                     try:
-                        f = trace_model(zm, b, prec)
+                        f = trace_model(zm, b, prec, cached_casts=cached)
                     except ValueError as e:
                         print(f"FAIL {spec} {prec} b{b}: {e}", flush=True)
                         continue

@@ -90,6 +90,21 @@ def test_bf16_follows_cuda_autocast():
     assert len(casts) == 4 and all(o.launches == 1 for o in casts)
 
 
+def test_cached_weight_casts_leave_the_steady_pass():
+    from jouleprof.predict.features import autocast_caches_weights
+
+    m = lambda: nn.Sequential(nn.Linear(8, 8), nn.LayerNorm(8))  # noqa: E731
+    every = trace_model(zoo(m, (1, 1, 8)), 2, "bf16", cached_casts=False)
+    once = trace_model(zoo(m, (1, 1, 8)), 2, "bf16", cached_casts=True)
+    casts = lambda f: [o for o in f.ops if o.category == "memory"]  # noqa: E731
+    # cached: W and b are cast once (in the warm-up); the input's cast and layer_norm's cast up
+    # stay in every pass
+    assert len(casts(every)) == 4 and len(casts(once)) == 2
+    assert every.bytes_total - once.bytes_total == (64 + 8) * (4 + 2)
+    default = trace_model(zoo(m, (1, 1, 8)), 2, "bf16")
+    assert len(casts(default)) == (2 if autocast_caches_weights() else 4)
+
+
 def test_unsupported_operator_is_listed_and_zero():
     f = trace_model(zoo(Sorter, (1, 1, 8)), 1, "fp32")
     assert f.unsupported == {"sort": 1}

@@ -13,6 +13,7 @@ included.
 
 from __future__ import annotations
 
+import functools
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -139,10 +140,13 @@ def _nbytes(t) -> int:
 class _Counter:
     """A TorchDispatchMode (built lazily: torch is imported only inside trace_model)."""
 
-    def __init__(self, stack: list[str], precision: str):
+    def __init__(self, stack: list[str], precision: str, cached: set | None = None):
         self.stack = stack
         self.precision = precision
         self.ops: list[OpRecord] = []
+        self.cached = cached or set()
+        """Storages of the weights whose half-precision copies autocast reuses across passes:
+        their casts are not kernels of a steady pass."""
 
     def record(self, func, args, kwargs, out) -> None:
         import torch
@@ -163,6 +167,9 @@ class _Counter:
         aliased = all(StorageWeakRef(t.untyped_storage()) in in_refs for t in outs)
         if aliased and not mutable:
             return  # a view, or a no-op returning its input (dropout in eval, .to(same dtype))
+        if (base in ("to", "_to_copy") and len(ins) == 1
+                and StorageWeakRef(ins[0].untyped_storage()) in self.cached):  # fmt: skip
+            return  # a weight's cast that autocast caches: done once, in the warm-up
         seen: set[int] = set()
         read = 0
         for t in ins:
@@ -286,8 +293,41 @@ def _fake_model(factory, fake_mode):
     return model
 
 
-def trace_model(zoo_model, batch: int, precision: str) -> ModelFeatures:
-    """Trace one inference pass of `zoo_model` (a `workloads.zoo.ZooModel`) on fake tensors."""
+@functools.cache
+def autocast_caches_weights() -> bool:
+    """Whether this torch's autocast reuses a weight's half-precision copy from one pass to the
+    next inside one `inference_mode` + autocast context (the steady loop's). PyTorch caches the
+    casts of leaf weights that require grad, but not under inference_mode in versions with that
+    fix; probed once with real tensors on the CPU (its autocast shares the caching code)."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Casts(TorchDispatchMode):
+        n = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if opcount.op_base(str(func.name())).split("::")[-1] in ("to", "_to_copy"):
+                Casts.n += 1
+            return func(*args, **(kwargs or {}))
+
+    net = torch.nn.Linear(4, 4)
+    x = torch.randn(2, 4)
+    counts = []
+    with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
+        for _ in range(2):
+            Casts.n = 0
+            with Casts():
+                net(x)
+            counts.append(Casts.n)
+    return counts[1] < counts[0]
+
+
+def trace_model(zoo_model, batch: int, precision: str,
+                cached_casts: bool | None = None) -> ModelFeatures:  # fmt: skip
+    """Trace one inference pass of `zoo_model` (a `workloads.zoo.ZooModel`) on fake tensors.
+
+    `cached_casts`: whether a steady pass skips the weights' casts to half precision (autocast
+    reuses them); None: as this torch does (`autocast_caches_weights`)."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
     if int(batch) < 1:
@@ -306,11 +346,19 @@ def trace_model(zoo_model, batch: int, precision: str) -> ModelFeatures:
     names = module_names(model)
     params = sum(p.numel() for p in model.parameters())
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+    if cached_casts is None:
+        cached_casts = dtype is not None and autocast_caches_weights()
+    cached = set()
+    if cached_casts and dtype is not None:
+        from torch.multiprocessing.reductions import StorageWeakRef
+
+        cached = {StorageWeakRef(p.untyped_storage()) for p in model.parameters()
+                  if p.dtype == torch.float32}  # fmt: skip
     calls = [0]
     with fake_mode:
         x = torch.empty((int(batch), *zoo_model.input_shape), dtype=torch.float32)
         with module_scopes(model, on_enter=lambda _: calls.__setitem__(0, calls[0] + 1)) as stack:
-            counter = _Counter(stack, precision)
+            counter = _Counter(stack, precision, cached)
             ac = torch.autocast("cpu", dtype=dtype, enabled=dtype is not None)
             try:
                 with torch.inference_mode(), ac, _make_mode(counter):
