@@ -33,6 +33,25 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 MODELS = ("videomae-b", "timesformer-b", "swin3d-b", "hiera-b")
+INFER_COLS = (
+    "model",
+    "status",
+    "batch",
+    "latency_s_mean",
+    "latency_s_p50",
+    "latency_s_p95",
+    "latency_passes",
+    "window_s",
+    "window_passes",
+    "j_per_clip",
+    "j_per_clip_lo",
+    "j_per_clip_hi",
+    "power_w",
+    "peak_mem_mib",
+    "energy_note",
+    "error",
+)
+"""infer.csv's columns: the inference figures sit between status and error."""
 
 
 def _version(mod: str) -> str | None:
@@ -88,7 +107,7 @@ def meta(args, argv) -> dict:
 
 def stage_infer(args, out: Path, deadline: float) -> list[dict]:
     rows = []
-    for model in args.models:
+    for model in args.infer_models or args.models:
         d = out / "infer" / model
         rj = d / "run.json"
         if rj.exists() and "inference" in json.loads(rj.read_text()).get("extra", {}):
@@ -132,47 +151,12 @@ def stage_infer(args, out: Path, deadline: float) -> list[dict]:
             {
                 "model": model,
                 "status": "ok",
-                **{
-                    k: res.get(k)
-                    for k in (
-                        "batch",
-                        "latency_s_mean",
-                        "latency_s_p50",
-                        "latency_s_p95",
-                        "latency_passes",
-                        "window_s",
-                        "window_passes",
-                        "j_per_clip",
-                        "j_per_clip_lo",
-                        "j_per_clip_hi",
-                        "power_w",
-                        "peak_mem_mib",
-                        "energy_note",
-                    )
-                },
+                **{k: res.get(k) for k in INFER_COLS[2:-1]},
             }
         )
         print(f"infer {model}: {rows[-1]}", flush=True)
-    cols = [
-        "model",
-        "status",
-        "batch",
-        "latency_s_mean",
-        "latency_s_p50",
-        "latency_s_p95",
-        "latency_passes",
-        "window_s",
-        "window_passes",
-        "j_per_clip",
-        "j_per_clip_lo",
-        "j_per_clip_hi",
-        "power_w",
-        "peak_mem_mib",
-        "energy_note",
-        "error",
-    ]
     with (out / "infer.csv").open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
+        w = csv.DictWriter(f, fieldnames=INFER_COLS, extrasaction="ignore")
         w.writeheader()
         w.writerows(rows)
     return rows
@@ -266,6 +250,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--methods", default="full,lora,qlora,adalora,bitfit")
     ap.add_argument("--precisions", default="fp32,fp16,bf16,int8")
+    ap.add_argument(
+        "--infer-models", default="", help="models of the infer stage (default: --models)"
+    )
     ap.add_argument("--batch-sizes", default="4")
     ap.add_argument("--timed-s", type=float, default=3.0)
     ap.add_argument("--cells-per-process", type=int, default=12)
@@ -273,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--done", default=None, help="probe.csv of an earlier call: its rows are done")
     ap.add_argument("--smoke", action="store_true", help="tiny models, short windows (CPU)")
     args = ap.parse_args(argv)
-    for k in ("models", "methods", "precisions"):
+    for k in ("models", "methods", "precisions", "infer_models"):
         setattr(args, k, [x for x in getattr(args, k).split(",") if x])
     args.batch_sizes = [int(x) for x in args.batch_sizes.split(",") if x]
     if args.smoke:

@@ -26,6 +26,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SPLIT = {"smoke": 0.08, "search-lr": 0.42, "search-ablation": 0.3, "confirm": 0.2}
+GPU_LRS: dict[str, tuple[float, ...]] = {
+    "full": (1e-4, 3e-4),
+    "lora": (1e-3, 3e-3),
+    "bitfit": (1e-3, 3e-3),
+    "qlora": (1e-3, 3e-3),
+    "adalora": (1e-3, 3e-3),
+}
+"""Learning rates searched per method on the GPU (randomly initialized models: higher than
+fine-tuning from a checkpoint would use)."""
 
 
 def _git() -> str:
@@ -77,6 +86,28 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--models", default="videomae-b,swin3d-b")
     ap.add_argument("--methods", default="full,lora")
     ap.add_argument("--smoke", action="store_true", help="CPU check: tiny models, few steps")
+    ap.add_argument(
+        "--lr-only",
+        action="store_true",
+        help="only the smoke cells and the learning-rate search (no ablation, no confirmation)",
+    )
+    ap.add_argument("--frames", type=int, default=8, help="frames per clip (GPU run)")
+    ap.add_argument("--size", type=int, default=112, help="frame side in pixels (GPU run)")
+    ap.add_argument("--epochs", type=int, default=6, help="epochs of every search cell")
+    ap.add_argument("--confirm-epochs", type=int, default=10)
+    ap.add_argument("--confirm-seeds", default="17,18")
+    ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument(
+        "--clips", default="960,240,240", help="synthetic clips in train,val,test (GPU run)"
+    )
+    ap.add_argument(
+        "--lr",
+        action="append",
+        default=[],
+        metavar="METHOD=LR,LR",
+        help="learning rates of one method (repeatable); defaults in the script",
+    )
+    ap.add_argument("--precisions", default="fp16,bf16", help="precisions of the ablation")
     args = ap.parse_args(argv)
     # Cells are subprocesses started elsewhere: they need the package on an absolute path.
     src = str(ROOT / "src")
@@ -88,6 +119,10 @@ def main(argv: list[str] | None = None) -> int:
     from jouleprof.report.video_summary import best_per_model, cell_rows, write_summary
 
     methods = tuple(m for m in args.methods.split(",") if m)
+    lrs = dict(GPU_LRS)
+    for item in args.lr:
+        meth, _, values = item.partition("=")
+        lrs[meth] = tuple(float(v) for v in values.split(",") if v)
     if args.smoke:
         cfg = VideoStudyConfig(
             models=tuple(args.models.split(",")),
@@ -108,40 +143,41 @@ def main(argv: list[str] | None = None) -> int:
             cell_timeout_s=600,
         )
     else:
-        # Sized for ~8 minutes on one H200 (the budget gates starts; a cell started just
-        # before it ends still runs): ~25 s a cell (process start and model build
-        # ~10 s, two short epochs, a 3 s inference loop); 2 models × 2 methods give 2 smoke,
-        # 8 learning-rate, 8 ablation (fp16; checkpointing at bf16) and 4 confirmation cells.
+        # Randomly initialized models (nothing can be downloaded on the GPU machine) must learn
+        # the synthetic task from scratch inside one cell, so a cell trains hundreds of steps:
+        # clips of 8 x 112^2 (a tenth of 16 x 224^2's tokens: ~20-40 ms a step on an H200),
+        # 960 training clips, batch 16, 6 epochs = 360 steps, then a 5 s inference loop;
+        # ~30-45 s a cell with process start and model build.
+        precisions = tuple(p for p in args.precisions.split(",") if p)
         cfg = VideoStudyConfig(
             models=tuple(args.models.split(",")),
             methods=methods,
             base_precision="bf16",
-            precisions=("fp16", "bf16"),
+            precisions=precisions,
             checkpointing_ablation=True,
-            lrs={
-                "full": (3e-5, 1e-4),
-                "lora": (3e-4, 1e-3),
-                "bitfit": (1e-3, 3e-3),
-                "qlora": (3e-4, 1e-3),
-                "adalora": (3e-4, 1e-3),
-            },
-            epochs=2,
-            confirm_epochs=3,
-            confirm_seeds=(17, 18),
-            batch_size=8,
-            synthetic_clips=(192, 96, 96),
+            lrs=lrs,
+            epochs=args.epochs,
+            confirm_epochs=args.confirm_epochs,
+            confirm_seeds=tuple(int(x) for x in args.confirm_seeds.split(",") if x),
+            batch_size=args.batch_size,
+            frames=args.frames,
+            size=args.size,
+            synthetic_clips=tuple(int(x) for x in args.clips.split(",")),
             num_workers=8,
             deploy_sustained_s=5.0,
             idle_s=1.0,
             cell_timeout_s=300,
         )
         cfg = VideoStudyConfig(**{**cfg.__dict__, "lrs": {m: cfg.lrs[m] for m in methods}})
+    # --lr-only leaves the study's settings as they are, so the same command without it resumes.
+    stages = ("smoke", "search-lr") if args.lr_only else ("smoke", "search", "confirm")
     args.out.mkdir(parents=True, exist_ok=True)
     _meta(args.out, argv, {"budget_s": args.budget_s, "study": cfg.to_json()})
     t0 = time.monotonic()
     plan = run_video_study(
         cfg,
         args.out,
+        stages,
         time_budget_s=args.budget_s,
         budget_split=SPLIT,
         progress=True,

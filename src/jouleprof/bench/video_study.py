@@ -25,6 +25,14 @@ from pathlib import Path
 from typing import Any
 
 STAGES: tuple[str, ...] = ("smoke", "search", "confirm")
+PARTS: dict[str, str] = {
+    "smoke": "smoke",
+    "search-lr": "search",
+    "search-ablation": "search",
+    "confirm": "confirm",
+}
+"""The stages' parts and the stage each belongs to; a part may be asked alone (e.g. only the
+learning-rate search, to be resumed later with the ablation)."""
 DEFAULT_LRS: dict[str, tuple[float, ...]] = {
     "full": (1e-5, 3e-5, 1e-4),
     "lora": (1e-4, 3e-4, 1e-3),
@@ -324,7 +332,8 @@ def run_video_study(
     """Runs (or resumes) the asked stages into `out`; returns the plan (cells per stage).
 
     Args:
-        stages: which of smoke, search, confirm to run now. Cells of a stage not asked that
+        stages: which of smoke, search, confirm (or the parts search-lr, search-ablation) to
+            run now. Cells of a stage not asked that
             already have a directory stay in runs.csv (they are not run).
         time_budget_s: start no new cell after this long (a rerun resumes).
         budget_split: weights of the stages' parts (smoke, search-lr, search-ablation,
@@ -335,24 +344,22 @@ def run_video_study(
 
     from jouleprof.bench.matrix import run_matrix
 
-    bad = [s for s in stages if s not in STAGES]
+    bad = [s for s in stages if s not in STAGES and s not in PARTS]
     if bad or not stages:
-        raise ValueError(f"unknown stage(s) {bad}: choose from {', '.join(STAGES)}")
+        raise ValueError(
+            f"unknown stage(s) {bad}: choose from {', '.join(STAGES)} (or a part: "
+            f"{', '.join(p for p in PARTS if p not in STAGES)})"
+        )
     out = Path(out)
     t0 = time.monotonic()
     spec = {"study": "video", **cfg.to_json()}
     known: list = []
     plan: dict[str, Any] = {"stages": {}, "left_out": []}
-    parts = [
-        p
-        for p, st in (
-            ("smoke", "smoke"),
-            ("search-lr", "search"),
-            ("search-ablation", "search"),
-            ("confirm", "confirm"),
-        )
-        if st in stages
-    ]
+
+    def asked(part: str) -> bool:
+        return part in stages or PARTS[part] in stages
+
+    parts = [p for p in PARTS if asked(p)]
 
     def budget(part: str) -> float | None:
         if time_budget_s is None or part == "smoke":
@@ -404,22 +411,22 @@ def run_video_study(
         return [c for c in cells if (out / "cells" / c.cell_id).is_dir()]
 
     smoke = smoke_cells(cfg)
-    if "smoke" in stages:
+    if asked("smoke"):
         run("smoke", smoke)
     else:
         keep_known(existing(smoke))
     a = lr_cells(cfg)
-    if "search" in stages:
+    if asked("search-lr"):
         run("search-lr", a)
     else:
         keep_known(existing(a))
     b, left_out = ablation_cells(cfg, best_lr(out, a))
     plan["left_out"] = left_out
-    if "search" in stages:
+    if asked("search-ablation"):
         run("search-ablation", b)
     else:
         keep_known(existing(b))
-    if "confirm" in stages:
+    if asked("confirm"):
         winners = best_by_ns(out, a + b)
         plan["winners"] = winners
         run("confirm", confirm_cells(cfg, winners))

@@ -44,11 +44,16 @@ class SyntheticVideoSpec:
     """Shapes drawn (a subset of SHAPES)."""
     directions: tuple[str, ...] = ("left", "right", "up", "down")
     """Directions of motion (a subset of DIRECTIONS)."""
-    travel: float = 0.45
+    travel: float = 0.6
     """Distance a shape moves over the clip, as a fraction of the frame side (the frame wraps
-    around: a shape leaving one edge comes back at the other)."""
-    noise: float = 12.0
+    around: a shape leaving one edge comes back at the other). Motion is the harder half of the
+    task for a randomly initialized model: at 0.45 a tiny VideoMAE trained 600 steps stayed at
+    chance on the four directions, at 0.6 it reached 99 %."""
+    noise: float = 8.0
     """Standard deviation of the per-pixel background noise, in 0–255 units."""
+    radius: tuple[float, float] = (0.15, 0.25)
+    """Range of a shape's half-size, as a fraction of the frame side (drawn per clip): large
+    enough that the shapes stay distinct at the 32-pixel frames of the tiny test models."""
     seed: int = 0
     """Seed of every clip (a clip is a pure function of seed, split and index)."""
 
@@ -70,8 +75,11 @@ class SyntheticVideoSpec:
             raise ConfigError(
                 f"directions must be distinct names from {tuple(DIRECTIONS)}, got {self.directions}"
             )
-        if not 0 < self.travel <= 0.6:
-            raise ConfigError(f"travel must be in (0, 0.6], got {self.travel}")
+        if not 0 < self.travel <= 1.0:
+            raise ConfigError(f"travel must be in (0, 1], got {self.travel}")
+        lo, hi = self.radius
+        if not 0.02 <= lo <= hi <= 0.3:
+            raise ConfigError(f"radius must be 0.02 ≤ lo ≤ hi ≤ 0.3, got {self.radius}")
         if self.noise < 0:
             raise ConfigError(f"noise must be ≥ 0, got {self.noise}")
 
@@ -122,7 +130,7 @@ def render_clip(spec: SyntheticVideoSpec, split: str, index: int) -> tuple[np.nd
     side, t_n = spec.size_px, spec.num_frames
     bg = rng.uniform(0, 110, size=3)
     fg = rng.uniform(150, 255, size=3)
-    r = rng.uniform(0.09, 0.15)  # half-size, in frame sides
+    r = rng.uniform(*spec.radius)  # half-size, in frame sides
     # The frame is a torus (a shape leaving one edge re-enters at the other) and the start is
     # uniform: any single frame's position is then independent of the direction, so only
     # motion tells directions apart.

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Issue 15's GPU calls on one H200, each within ~9 minutes; run from the repository root.
+#   benchmarks/video_gpu.sh probe OUT   call 1: the probe cells not yet measured (most informative
+#                                       first, within its budget), hiera-b's deployment cost, and
+#                                       the video study's smoke cells and learning-rate search
+#   benchmarks/video_gpu.sh study OUT   call 2: resumes the study (learning rates left, precision
+#                                       and checkpointing ablation, confirmation), from the call-1
+#                                       study committed under benchmarks/results/video_study/h200
+# Wheels (bitsandbytes for qlora/int8, hiera-transformer for hiera-b) come on PYTHONPATH; call 2
+# needs none. OUT ends with a few archives and logs (each well under 16 MiB).
+set -uo pipefail
+WHAT=${1:?usage: benchmarks/video_gpu.sh probe|study OUT}
+OUT=${2:?usage: benchmarks/video_gpu.sh probe|study OUT}
+mkdir -p "$OUT"
+export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
+export JP_COMMIT=${JP_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}
+STUDY=(--models videomae-b,swin3d-b --methods full,lora)
+SCALE=${JP_VIDEO_SCALE:-1}  # budgets x SCALE (CPU rehearsals: small)
+b() { python3 -c "print(int($1 * $SCALE))"; }
+case $WHAT in
+probe)
+    timeout -k 15 "$(b 220)" python3 benchmarks/video_probe.py --out "$OUT/vp" \
+        --stages infer,probe --infer-models hiera-b --batch-sizes 4,1 --timed-s 2 \
+        --cells-per-process 48 --budget-s "$(b 175)" \
+        --done benchmarks/results/video_probe/probe/probe.csv ${JP_PROBE_ARGS:-} \
+        >"$OUT/probe.log" 2>&1
+    echo "probe rc $?" >>"$OUT/probe.log"
+    timeout -k 15 "$(b 290)" python3 benchmarks/video_study.py --out "$OUT/vs" --lr-only \
+        --budget-s "$(b 240)" "${STUDY[@]}" ${JP_STUDY_ARGS:-} >"$OUT/study.log" 2>&1
+    echo "study rc $?" >>"$OUT/study.log"
+    tar czf "$OUT/vp.tar.gz" -C "$OUT" vp && rm -rf "$OUT/vp"
+    ;;
+study)
+    if [ -d benchmarks/results/video_study/h200 ] && [ ! -d "$OUT/vs" ]; then
+        cp -r benchmarks/results/video_study/h200 "$OUT/vs"
+    fi
+    timeout -k 15 "$(b 520)" python3 benchmarks/video_study.py --out "$OUT/vs" \
+        --budget-s "$(b 430)" "${STUDY[@]}" ${JP_STUDY_ARGS:-} >"$OUT/study.log" 2>&1
+    echo "study rc $?" >>"$OUT/study.log"
+    ;;
+*)
+    echo "unknown call $WHAT: probe or study" >&2
+    exit 2
+    ;;
+esac
+# Per-cell samples stay (the attribution can be redone); the power buffers are dropped.
+find "$OUT/vs" -name 'power_buffer*.csv' -delete 2>/dev/null
+tar czf "$OUT/vs.tar.gz" -C "$OUT" vs && rm -rf "$OUT/vs"
+ls -la "$OUT"
