@@ -19,14 +19,14 @@ SCALE=${JP_VIDEO_SCALE:-1}  # budgets x SCALE (CPU rehearsals: small)
 b() { python3 -c "print(int($1 * $SCALE))"; }
 case $WHAT in
 probe)
-    timeout -k 15 "$(b 220)" python3 benchmarks/video_probe.py --out "$OUT/vp" \
+    timeout -k 15 "$(b 215)" python3 benchmarks/video_probe.py --out "$OUT/vp" \
         --stages infer,probe --infer-models hiera-b --batch-sizes 4,1 --timed-s 2 \
-        --cells-per-process 48 --budget-s "$(b 175)" \
+        --cells-per-process 48 --budget-s "$(b 170)" \
         --done benchmarks/results/video_probe/probe/probe.csv ${JP_PROBE_ARGS:-} \
         >"$OUT/probe.log" 2>&1
     echo "probe rc $?" >>"$OUT/probe.log"
-    timeout -k 15 "$(b 290)" python3 benchmarks/video_study.py --out "$OUT/vs" --lr-only \
-        --budget-s "$(b 240)" "${STUDY[@]}" ${JP_STUDY_ARGS:-} >"$OUT/study.log" 2>&1
+    timeout -k 15 "$(b 275)" python3 benchmarks/video_study.py --out "$OUT/vs" --lr-only \
+        --budget-s "$(b 220)" "${STUDY[@]}" ${JP_STUDY_ARGS:-} >"$OUT/study.log" 2>&1
     echo "study rc $?" >>"$OUT/study.log"
     tar czf "$OUT/vp.tar.gz" -C "$OUT" vp && rm -rf "$OUT/vp"
     ;;

@@ -208,9 +208,12 @@ def lr_cells(cfg: VideoStudyConfig) -> list:
             epochs=cfg.epochs,
             seed=cfg.seed,
         )
-        # Models innermost: a study cut short by its budget has covered every model alike.
+        # Each method's first rate before any second one, models innermost: a study cut short
+        # by its budget has covered every method and model alike.
+        for i in range(max(len(cfg.lrs[meth]) for meth in cfg.methods))
         for meth in cfg.methods
-        for lr in cfg.lrs[meth]
+        if i < len(cfg.lrs[meth])
+        for lr in (cfg.lrs[meth][i],)
         for m in cfg.models
     ]
 
