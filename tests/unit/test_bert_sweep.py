@@ -47,3 +47,17 @@ def test_run_order_is_a_permutation_led_by_run_first():
     for r in rows:
         if r["layers"] * r["hidden"] ** 2 == biggest:
             assert r["role"] in ("holdout", "repeat"), r["id"]
+
+
+def test_predict_pending_covers_exactly_what_is_not_measured(tmp_path):
+    mod = _sweep_module()
+    committed = (SWEEP / "results.csv").read_text().splitlines()
+    (tmp_path / "results.csv").write_text("\n".join(committed[:4]) + "\n")  # 3 rows measured
+    assert mod.main(["--out", str(tmp_path), "--predict-pending"]) == 0
+    with (tmp_path / "predictions_pending.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    measured = {line.split(",")[0] for line in committed[1:4]}
+    assert {r["id"] for r in rows} == {r["id"] for r in mod.plan()} - measured
+    for r in rows:
+        lo, mid, hi = (float(r[k]) for k in ("j_per_step_lo", "j_per_step", "j_per_step_hi"))
+        assert 0 < lo < mid < hi and float(r["s_per_step"]) > 0
