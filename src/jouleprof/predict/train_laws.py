@@ -94,7 +94,48 @@ def build(sweep_dir: str | Path, gpu: str = "h200") -> dict[str, Any]:
     return d
 
 
+BOOTSTRAPPED = (
+    "a0_s",
+    "a1_s",
+    "h0",
+    "p",
+    "p0_w",
+    "ef_j_per_flop",
+    "ew_j_per_flop",
+    "eb_j_per_byte",
+)
+
+
+def bootstrap(
+    sweep_dir: str | Path, n: int = 200, seed: int = 0, gpu: str = "h200"
+) -> dict[str, list[float]]:
+    """The fitted constants' 5th, 50th and 95th percentiles over `n` fits to rows resampled with
+    replacement (resamples with fewer than 10 distinct rows are skipped)."""
+    import numpy as np
+
+    from jouleprof.predict.scaling import fit
+    from jouleprof.predict.train_evaluate import load_rows
+
+    rows = load_rows(sweep_dir)
+    rng = np.random.default_rng(seed)
+    fits = []
+    for _ in range(n):
+        idx = rng.integers(0, len(rows), len(rows))
+        if len(set(idx.tolist())) >= 10:
+            law = fit([rows[i] for i in idx], loo=False, **ceilings(gpu))
+            fits.append([getattr(law, k) for k in BOOTSTRAPPED])
+    q = np.percentile(np.array(fits), [5, 50, 95], axis=0)
+    return {k: [float(v) for v in q[:, j]] for j, k in enumerate(BOOTSTRAPPED)}
+
+
 def main(argv: list[str]) -> int:
+    """DIR [--bootstrap N]: the constants fitted on DIR's rows, or their bootstrap percentiles."""
+    if len(argv) == 3 and argv[1] == "--bootstrap":
+        print(json.dumps(bootstrap(Path(argv[0]), int(argv[2])), indent=4))
+        return 0
+    if len(argv) != 1:
+        print("usage: python -m jouleprof.predict.train_laws SWEEP_DIR [--bootstrap N]")
+        return 2
     print(json.dumps(build(Path(argv[0])), indent=4))
     return 0
 
