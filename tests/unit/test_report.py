@@ -487,3 +487,16 @@ def test_run_notes_say_which_regression_model_was_chosen():
     assert any("gpu0: phase energy by regression with the stall model" in n for n in notes)
     assert any("53.7 W with one power per phase, 42.6 W" in n for n in notes)
     assert any("gpu0: long phases cut into ~12.5 ms bins" in n and "30.2 W" in n for n in notes)
+
+
+def test_a_broken_study_json_is_named_by_both_study_readers(tmp_path):
+    from jouleprof.report import matrix_study
+    from jouleprof.report.study import load_study
+
+    (tmp_path / "study.json").write_text("{not json")
+    for read in (matrix_study.load, load_study):
+        with pytest.raises(RunDirError, match="study.json is not valid JSON"):
+            read(tmp_path)
+    (tmp_path / "study.json").unlink()  # no study.json: the runs.csv is what is missing
+    with pytest.raises(RunDirError, match="no runs.csv"):
+        matrix_study.load(tmp_path)

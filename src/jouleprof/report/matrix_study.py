@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 
 from jouleprof.report.figures import Plot, new_figure, save
-from jouleprof.report.tables import Table, sig
+from jouleprof.report.tables import Table, read_study_json, sig
 
 ENERGY_KEYS = ("energy_per_sample_j", "segment_gpu_energy_j", "gpu_energy_j", "energy_j")
 """The figure the answer ranks cells by: the first of these the study's cells hold (else the
@@ -41,12 +41,7 @@ def _is_simulated(run_dir: Path) -> bool:
 def load(study_dir: Path) -> tuple[dict[str, Any], pd.DataFrame]:
     from jouleprof.errors import RunDirError
 
-    meta: dict[str, Any] = {}
-    if (study_dir / "study.json").is_file():
-        try:
-            meta = json.loads((study_dir / "study.json").read_text())
-        except json.JSONDecodeError as e:
-            raise RunDirError(f"{study_dir / 'study.json'} is not valid JSON: {e}") from e
+    meta = read_study_json(study_dir)
     p = study_dir / "runs.csv"
     if not p.is_file() or p.stat().st_size == 0:
         raise RunDirError(

@@ -22,6 +22,7 @@ from jouleprof.report.tables import (
     missing,
     quantity,
     read_phase_files,
+    read_study_json,
     sig,
     signed_pct,
     source_text,
@@ -96,16 +97,7 @@ class Study:
 
 def load_study(path: Path) -> Study:
     """Read a study directory. Raises RunDirError when runs.csv is missing or malformed."""
-    import json
-
-    from jouleprof.errors import RunDirError
-
-    meta: dict[str, Any] = {}
-    if (path / "study.json").is_file():
-        try:
-            meta = json.loads((path / "study.json").read_text())
-        except json.JSONDecodeError as e:
-            raise RunDirError(f"{path / 'study.json'} is not valid JSON: {e}") from e
+    meta = read_study_json(path)
     p = path / "runs.csv"
     if not p.is_file() or p.stat().st_size == 0:
         raise RunDirError(

@@ -162,6 +162,21 @@ def read_optional_csv(path: Path) -> pd.DataFrame | None:
     return df if len(df) else None
 
 
+def read_study_json(study_dir: Path) -> dict[str, Any]:
+    """A study directory's study.json ({} when it has none); RunDirError when it is not JSON."""
+    import json
+
+    from jouleprof.errors import RunDirError
+
+    p = study_dir / "study.json"
+    if not p.is_file():
+        return {}
+    try:
+        return json.loads(p.read_text())
+    except json.JSONDecodeError as e:
+        raise RunDirError(f"{p} is not valid JSON: {e}") from e
+
+
 def summary_table(record: RunRecord, reasons: Any = None) -> Table:
     """Every summary figure of run.json: value, bounds, source, signal, and why if unavailable.
 
