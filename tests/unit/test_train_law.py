@@ -221,3 +221,16 @@ def test_predict_train_cli_json():
     assert d["j_per_step_lo"] < d["j_per_step"] < d["j_per_step_hi"] and d["notes"]
     bad = subprocess.run(cmd[:-1] + ["--gpu", "a100"], capture_output=True, text=True, timeout=120)
     assert bad.returncode != 0 and "no fitted law" in bad.stderr and "Traceback" not in bad.stderr
+
+
+@pytest.mark.skipif(not (SWEEP / "results.csv").is_file(), reason="no committed sweep")
+def test_bootstrap_ranges_bracket_the_fit():
+    from jouleprof.predict.train_evaluate import load_rows
+    from jouleprof.predict.train_laws import bootstrap, ceilings
+
+    q = bootstrap(SWEEP, n=30, seed=1)
+    law = fit(load_rows(SWEEP), loo=False, **ceilings("h200"))
+    for k in ("a1_s", "p0_w", "ew_j_per_flop"):
+        lo, mid, hi = q[k]
+        assert lo <= mid <= hi and lo <= getattr(law, k) <= hi, (k, q[k])
+    assert q["p0_w"][2] > q["p0_w"][0]  # resampling moves the fit: the range is not a point
