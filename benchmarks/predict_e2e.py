@@ -67,9 +67,10 @@ def markdown(rows: list[dict]) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         if r.get("j_pred") is None or r.get("j_meas") is None:
-            why = r.get("error") or r.get("energy_note") or "no figure"
+            why = str(r.get("error") or r.get("energy_note") or "no figure")
+            why = why if why.startswith("unavailable") else f"unavailable: {why}"
             lines.append(f"| {r['spec']} | {r['precision']} | {r['batch']} | "
-                         f"{r.get('j_meas')} | unavailable: {why} | | | | |")  # fmt: skip
+                         f"{r.get('j_meas')} | {why} | | | | |")  # fmt: skip
             continue
         lines.append(
             f"| {r['spec']} | {r['precision']} | {r['batch']} | {r['j_meas']:.4g} | "
