@@ -46,14 +46,14 @@ class SyntheticVideoSpec:
     """Directions of motion (a subset of DIRECTIONS)."""
     travel: float = 0.6
     """Distance a shape moves over the clip, as a fraction of the frame side (the frame wraps
-    around: a shape leaving one edge comes back at the other). Motion is the harder half of the
-    task for a randomly initialized model: at 0.45 a tiny VideoMAE trained 600 steps stayed at
-    chance on the four directions, at 0.6 it reached 99 %."""
+    around: a shape leaving one edge comes back at the other)."""
     noise: float = 8.0
     """Standard deviation of the per-pixel background noise, in 0–255 units."""
     radius: tuple[float, float] = (0.15, 0.25)
-    """Range of a shape's half-size, as a fraction of the frame side (drawn per clip): large
-    enough that the shapes stay distinct at the 32-pixel frames of the tiny test models."""
+    """Range of a shape's half-size, as a fraction of the frame side (drawn per clip). The size
+    decides how fast a randomly initialized model learns: on the four directions alone (one
+    shape, 4 x 32² clips, 8 a step, lr 2e-3), a tiny VideoMAE reached 100 % of validation clips
+    in 400 steps with (0.15, 0.25), and 64 % after 600 with (0.09, 0.15)."""
     seed: int = 0
     """Seed of every clip (a clip is a pure function of seed, split and index)."""
 
