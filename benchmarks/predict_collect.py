@@ -170,35 +170,6 @@ def run_config(model, x, precision, window_s, settle_s, m):
     return w, lambda: model(x)
 
 
-def autocast_casts_per_pass(device: str) -> list[int]:
-    """Cast kernels a half-precision pass of a 3-layer MLP dispatches, in 3 passes inside one
-    inference_context: equal counts mean autocast re-casts the weights every pass (no cache under
-    inference_mode), a drop after the first means it caches them."""
-    import torch
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    from jouleprof.bench.infer_loop import inference_context
-
-    class Count(TorchDispatchMode):
-        n = 0
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            if "to" in str(func.name()).split("::")[-1].split(".")[0]:
-                Count.n += 1
-            return func(*args, **(kwargs or {}))
-
-    net = torch.nn.Sequential(*[torch.nn.Linear(16, 16) for _ in range(3)]).to(device).eval()
-    x = torch.randn(2, 16, device=device)
-    out = []
-    with inference_context("bf16", torch.device(device)):
-        for _ in range(3):
-            Count.n = 0
-            with Count():
-                net(x)
-            out.append(Count.n)
-    return out
-
-
 def _meta(args, out: Path, device: str) -> dict:
     import torch
 
@@ -361,7 +332,9 @@ def main(argv=None) -> int:
     meta["run_dir"] = run_name
     meta["loop"] = "jouleprof.bench.infer_loop.steady_window (jouleprof infer --protocol steady)"
     try:
-        meta["autocast_casts_per_pass"] = autocast_casts_per_pass(device)
+        from jouleprof.predict.features import autocast_cast_counts
+
+        meta["autocast_casts_per_pass"] = autocast_cast_counts(device)
     except Exception as e:  # noqa: BLE001 - a probe, not the collection
         meta["autocast_casts_per_pass"] = f"unavailable: {type(e).__name__}: {e}"
     (out / f"meta_{run_name}.json").write_text(json.dumps(meta, indent=2))

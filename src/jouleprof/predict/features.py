@@ -293,14 +293,14 @@ def _fake_model(factory, fake_mode):
     return model
 
 
-@functools.cache
-def autocast_caches_weights() -> bool:
-    """Whether this torch's autocast reuses a weight's half-precision copy from one pass to the
-    next inside one `inference_mode` + autocast context (the steady loop's). PyTorch caches the
-    casts of leaf weights that require grad, but not under inference_mode in versions with that
-    fix; probed once with real tensors on the CPU (its autocast shares the caching code)."""
+def autocast_cast_counts(device: str = "cpu", passes: int = 3) -> list[int]:
+    """Cast operators each of `passes` bf16 passes of a small MLP dispatches inside one
+    `inference_context` (the steady loop's): equal counts mean autocast casts the weights again
+    every pass, a drop after the first that it reuses them."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
+
+    from jouleprof.bench.infer_loop import inference_context
 
     class Casts(TorchDispatchMode):
         n = 0
@@ -310,15 +310,25 @@ def autocast_caches_weights() -> bool:
                 Casts.n += 1
             return func(*args, **(kwargs or {}))
 
-    net = torch.nn.Linear(4, 4)
-    x = torch.randn(2, 4)
+    net = torch.nn.Sequential(*[torch.nn.Linear(16, 16) for _ in range(3)]).to(device).eval()
+    x = torch.randn(2, 16, device=device)
     counts = []
-    with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
-        for _ in range(2):
+    with inference_context("bf16", device):
+        for _ in range(passes):
             Casts.n = 0
             with Casts():
                 net(x)
             counts.append(Casts.n)
+    return counts
+
+
+@functools.cache
+def autocast_caches_weights() -> bool:
+    """Whether this torch's autocast reuses a weight's half-precision copy from one pass to the
+    next in the steady loop. PyTorch caches the casts of leaf weights that require grad, but not
+    under inference_mode in versions with that fix; probed once on the CPU (its autocast shares
+    the caching code with CUDA's)."""
+    counts = autocast_cast_counts("cpu", 2)
     return counts[1] < counts[0]
 
 
