@@ -299,8 +299,10 @@ def best_by_ns(study_dir: Path, cells: list) -> dict[str, Any]:
 
 def confirm_cells(cfg: VideoStudyConfig, winners: dict[str, Any]) -> list:
     out = []
-    for m, f in sorted(winners.items()):
-        for seed in cfg.confirm_seeds:
+    # Seeds outer, models inner: a confirmation cut short by its budget has every model's
+    # first seed before any second one.
+    for seed in cfg.confirm_seeds:
+        for m, f in sorted(winners.items()):
             ck = int(bool(f["checkpointing"]))
             out.append(
                 _cell(
