@@ -1,8 +1,13 @@
-"""Shared test setup: GPU tests (marker `gpu`) are skipped where no NVIDIA GPU is usable."""
+"""Shared test setup: GPU tests (marker `gpu`) are skipped where no NVIDIA GPU is usable;
+`jouleprof_many` runs many failing `jouleprof` commands in one process."""
 
 from __future__ import annotations
 
 import functools
+import json
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -61,3 +66,68 @@ def load_benchmark():
         return mod
 
     return load
+
+
+# Runs each argv through the real entry point, jouleprof.cli.main.main, one after another in
+# one interpreter, each with its own captured stdout and stderr (and its log records): what a
+# separate `jouleprof ...` process would print and exit with, without a fresh interpreter and
+# fresh imports (torch alone is ~5 s of CPU) for every command. Anything that escapes main()
+# is printed as a traceback into that command's stderr, where the tests look for one.
+_MANY = r"""
+import contextlib, io, json, logging, sys, traceback
+
+class _Stderr:  # log records go to whatever stderr is current
+    def write(self, s):
+        return sys.stderr.write(s)
+
+    def flush(self):
+        sys.stderr.flush()
+
+logging.basicConfig(
+    level=logging.WARNING, stream=_Stderr(), format="%(levelname)s %(name)s: %(message)s"
+)
+from jouleprof.cli.main import main
+
+results = []
+for argv in json.load(sys.stdin):
+    out, err = io.StringIO(), io.StringIO()
+    code = 0
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            main(argv)
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+    results.append({"rc": code, "stdout": out.getvalue(), "stderr": err.getvalue()})
+with open(sys.argv[1], "w") as f:  # not stdout: a command's child may write there
+    json.dump(results, f)
+"""
+
+
+def jouleprof_many(
+    commands: list[list[str]], env: dict[str, str] | None = None, timeout: float = 600
+) -> list[subprocess.CompletedProcess[str]]:
+    """`jouleprof ARGS` for every ARGS of `commands`, in one process (see _MANY): a
+    CompletedProcess each (returncode, stdout, stderr), in order. For commands that fail or end
+    quickly, such as bad input; a run that trains or measures deserves a process of its own."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        results = os.path.join(d, "results.json")
+        r = subprocess.run(
+            [sys.executable, "-c", _MANY, results],
+            input=json.dumps([[str(a) for a in c] for c in commands]),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env={**os.environ, **(env or {})},
+        )
+        assert r.returncode == 0, f"the batch of jouleprof commands died: {r.stderr[-2000:]}"
+        with open(results) as f:
+            done = json.load(f)
+    return [
+        subprocess.CompletedProcess(["jouleprof", *c], x["rc"], x["stdout"], x["stderr"])
+        for c, x in zip(commands, done, strict=True)
+    ]

@@ -1,21 +1,14 @@
-"""`jouleprof compare`, `collect` and `report --html` end to end (subprocess)."""
+"""`jouleprof compare`, `collect` and `report --html` end to end (a subprocess runs them)."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pandas as pd
 
+from conftest import jouleprof_many
 from jouleprof.store.rundir import RunDir
 from jouleprof.types import Figure, RunRecord, RunStatus
-
-JP = [sys.executable, "-m", "jouleprof.cli.main"]
-
-
-def jp(*args):
-    return subprocess.run([*JP, *map(str, args)], capture_output=True, text=True, timeout=300)
 
 
 def make_run(path, energy, half):
@@ -30,15 +23,19 @@ def make_run(path, energy, half):
 
 def test_compare_marks_what_differs_beyond_its_uncertainty(tmp_path):
     a, b = make_run(tmp_path / "a", 10.0, 0.1), make_run(tmp_path / "b", 12.0, 0.1)
-    r = jp("compare", a, b, "--json", "--html", tmp_path / "c.html")
+    r, text, bad = jouleprof_many(
+        [
+            ["compare", a, b, "--json", "--html", tmp_path / "c.html"],
+            ["compare", a, b],
+            ["compare", a, tmp_path / "nope"],
+        ]
+    )
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     row = next(f for f in out["figures"] if f["key"] == "energy_per_sample_j")
     assert row["values"][1]["value"] == 12.0 and row["diffs_vs_first"][0]["significant"] is True
     assert 'class="diff sig"' in (tmp_path / "c.html").read_text()
-    r = jp("compare", a, b)
-    assert r.returncode == 0 and "*" in r.stdout
-    bad = jp("compare", a, tmp_path / "nope")
+    assert text.returncode == 0 and "*" in text.stdout
     assert (
         bad.returncode == 2
         and "not a run directory" in bad.stderr
@@ -50,12 +47,17 @@ def test_collect_lists_what_did_not_finish_and_report_html_goes_where_asked(tmp_
     make_run(tmp_path / "s" / "r1", 1.0, 0.1)
     (tmp_path / "s" / "r2").mkdir()
     (tmp_path / "s" / "r2" / "run.json").write_text("{not json")
-    r = jp("collect", tmp_path / "s")
+    r, html, nope = jouleprof_many(
+        [
+            ["collect", tmp_path / "s"],
+            ["report", tmp_path / "s" / "r1", "--html", tmp_path / "mine.html"],
+            ["collect", tmp_path / "nope"],
+        ]
+    )
     assert r.returncode == 0, r.stderr
     assert "2 runs indexed" in r.stderr and "corrupt" in r.stderr
     df = pd.read_csv(tmp_path / "s" / "runs.csv").set_index("cell_id")
     assert df.loc["r1", "status"] == "complete" and df.loc["r2", "status"] == "corrupt"
-    r = jp("report", tmp_path / "s" / "r1", "--html", tmp_path / "mine.html")
-    assert r.returncode == 0, r.stderr
+    assert html.returncode == 0, html.stderr
     assert "energy_per_sample_j" in (tmp_path / "mine.html").read_text()
-    assert jp("collect", tmp_path / "nope").returncode == 2
+    assert nope.returncode == 2

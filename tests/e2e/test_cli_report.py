@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from conftest import jouleprof_many
 from jouleprof.store.rundir import RunDir
 from jouleprof.types import Figure, RunRecord, RunStatus
 
@@ -17,7 +18,7 @@ NO_GPU = "opening NVML failed: NVIDIA driver not loaded"
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*JP, *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run([*JP, *args], capture_output=True, text=True, timeout=600)
 
 
 def write_study(root: Path) -> Path:
@@ -121,11 +122,11 @@ def test_run_report_and_rerun(tmp_path):
 
 
 def test_bad_directories_fail_clearly(tmp_path):
-    r = run("report", str(tmp_path / "missing"))
-    assert r.returncode != 0 and "does not exist" in r.stderr
     (tmp_path / "plain").mkdir()
-    r = run("report", str(tmp_path / "plain"))
-    assert r.returncode != 0 and "neither a run directory" in r.stderr
     (tmp_path / "f.txt").write_text("x")
-    r = run("report", str(tmp_path / "f.txt"))
-    assert r.returncode != 0 and "not a directory" in r.stderr
+    missing, plain, file = jouleprof_many(
+        [["report", tmp_path / name] for name in ("missing", "plain", "f.txt")]
+    )
+    assert missing.returncode != 0 and "does not exist" in missing.stderr
+    assert plain.returncode != 0 and "neither a run directory" in plain.stderr
+    assert file.returncode != 0 and "not a directory" in file.stderr

@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+from conftest import jouleprof_many
+
 pytest.importorskip("torch")
 pytest.importorskip("statsmodels")
 
@@ -18,7 +20,7 @@ TINY = [
 ]  # fmt: skip
 
 
-def jp(*args, timeout=180):
+def jp(*args, timeout=600):
     env = {**os.environ, "COLUMNS": "250"}  # rich wraps error panels at the terminal width
     return subprocess.run(
         [sys.executable, "-m", "jouleprof.cli.main", *args],
@@ -60,27 +62,37 @@ def test_tiny_study_runs_resumes_and_is_analyzed(tmp_path):
     assert (out / "analysis" / "report.md").is_file()
 
 
-@pytest.mark.parametrize(
-    "args,match",
-    [
-        (["--archs", "mlp,resnet"], "unknown resnet; choose from mlp, mlp-large, cnn"),
-        (["--datasets", "svhn"], "choose from digits, synthetic, shapes, mnist"),
-        (["--lambdas", "0,-1e-3"], "λ must be finite and ≥ 0"),
-        (["--kind", "l0"], "choose from l1, l2, nonzero-macs"),
-    ],
-)
-def test_bad_input_is_refused_with_the_choices(tmp_path, args, match):
-    r = jp("study", "energy-aware", *args, "--out", str(tmp_path / "x"))
+BAD = [
+    (["--archs", "mlp,resnet"], "unknown resnet; choose from mlp, mlp-large, cnn"),
+    (["--datasets", "svhn"], "choose from digits, synthetic, shapes, mnist"),
+    (["--lambdas", "0,-1e-3"], "λ must be finite and ≥ 0"),
+    (["--kind", "l0"], "choose from l1, l2, nonzero-macs"),
+    (["--datasets", "mnist", "--data-dir", "{data}"], "lacks train-images-idx3-ubyte"),
+]
+
+
+@pytest.fixture(scope="module")
+def bad_results(tmp_path_factory):
+    """Every BAD command's result, all run in one process (jouleprof_many)."""
+    tmp = tmp_path_factory.mktemp("bad")
+    (tmp / "data").mkdir()  # a local dataset folder that lacks the dataset's files
+    (tmp / "data" / "readme.md").write_text("x")
+    commands = [
+        ["study", "energy-aware", *[str(tmp / "data") if a == "{data}" else a for a in args],
+         "--out", tmp / f"x{i}"]
+        for i, (args, _) in enumerate(BAD)
+    ]  # fmt: skip
+    return tmp, jouleprof_many(commands, env={"COLUMNS": "250"})
+
+
+@pytest.mark.parametrize(("i", "match"), [(i, m) for i, (_, m) in enumerate(BAD)],
+                         ids=[" ".join(a) for a, _ in BAD])  # fmt: skip
+def test_bad_input_is_refused_with_the_choices(bad_results, i, match):
+    tmp, results = bad_results
+    r = results[i]
     assert r.returncode == 2
     assert match in " ".join(r.stderr.split()), r.stderr
     assert "Traceback" not in r.stderr
-    assert not (tmp_path / "x").exists()
-
-
-def test_local_dataset_folder_that_lacks_files_is_reported(tmp_path):
-    (tmp_path / "data").mkdir()
-    (tmp_path / "data" / "readme.md").write_text("x")
-    r = jp("study", "energy-aware", "--datasets", "mnist", "--data-dir", str(tmp_path / "data"),
-           "--out", str(tmp_path / "x"))  # fmt: skip
-    assert r.returncode == 2
-    assert "lacks train-images-idx3-ubyte" in r.stderr and "readme.md" in r.stderr
+    assert not (tmp / f"x{i}").exists()
+    if "{data}" in BAD[i][0]:
+        assert "readme.md" in r.stderr  # what the folder holds instead

@@ -19,7 +19,7 @@ JP = [sys.executable, "-m", "jouleprof.cli.main"]
 
 def jp(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "COLUMNS": "80"}
-    return subprocess.run([*JP, *args], capture_output=True, text=True, timeout=60, env=env)
+    return subprocess.run([*JP, *args], capture_output=True, text=True, timeout=300, env=env)
 
 
 def test_version_is_the_packages():

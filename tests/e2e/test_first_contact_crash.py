@@ -12,6 +12,8 @@ import time
 
 import pytest
 
+from conftest import jouleprof_many
+
 JP = [sys.executable, "-m", "jouleprof.cli.main"]
 
 CHILD = r"""
@@ -40,7 +42,7 @@ with measure(sys.argv[1], **cfg) as m:
 """
 
 
-def jp(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+def jp(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "COLUMNS": "80"}
     return subprocess.run([*JP, *args], capture_output=True, text=True, timeout=timeout, env=env)
 
@@ -113,17 +115,28 @@ BAD = [
 ]
 
 
-@pytest.mark.parametrize(("args", "says"), BAD, ids=[" ".join(a[:3]) for a, _ in BAD])
-def test_bad_input_gives_a_message_not_a_traceback(killed, tmp_path, args, says):
-    (tmp_path / "afile").write_text("x")
-    (tmp_path / "emptyrun").mkdir()
+@pytest.fixture(scope="module")
+def bad_results(killed, tmp_path_factory):
+    """Every BAD command's result, all run in one process (jouleprof_many)."""
+    tmp = tmp_path_factory.mktemp("bad")
+    (tmp / "afile").write_text("x")
+    (tmp / "emptyrun").mkdir()
     subs = {
-        "{tmp}": str(tmp_path),
+        "{tmp}": str(tmp),
         "{run}": str(killed),
-        "{file}": str(tmp_path / "afile"),
-        "{empty}": str(tmp_path / "emptyrun"),
+        "{file}": str(tmp / "afile"),
+        "{empty}": str(tmp / "emptyrun"),
     }
-    r = jp(*[subs.get(a, a) for a in args], timeout=120)
+    commands = [[subs.get(a, a) for a in args] for args, _ in BAD]
+    return jouleprof_many(commands, env={"COLUMNS": "80"})
+
+
+@pytest.mark.parametrize(
+    ("i", "says"), [(i, says) for i, (_, says) in enumerate(BAD)],
+    ids=[" ".join(a[:3]) for a, _ in BAD],
+)  # fmt: skip
+def test_bad_input_gives_a_message_not_a_traceback(bad_results, i, says):
+    r = bad_results[i]
     assert r.returncode != 0
     assert "Traceback" not in r.stderr + r.stdout
     assert says.lower() in (r.stderr + r.stdout).lower(), r.stderr + r.stdout
