@@ -20,6 +20,7 @@ from jouleprof.attribution.proportional import attribute_proportional, measured_
 from jouleprof.attribution.regression import RegressionConfig, attribute_regression
 from jouleprof.attribution.result import AttributionResult, DeviceAttribution
 from jouleprof.attribution.stages import reporting, stage
+from jouleprof.attribution.steps_needed import annotate
 from jouleprof.errors import AttributionError, RunDirError
 from jouleprof.sensors.nvml_buffer import POWER_BUFFER_CSV
 from jouleprof.store.rundir import SPANS_CSV, RunDir
@@ -161,6 +162,8 @@ def _attribute(run_dir, method: str, device, warmup_steps, gap_s: float, cfg) ->
             out.append(attribute_proportional(samples, tl, dev))
         elif method == "regression":
             out.append(attribute_regression(samples, tl, dev, cfg, buffer))
+            # An unresolved phase says how many steps would resolve it.
+            annotate(out[-1], min_rows=cfg.min_rows if cfg is not None else 20)
         else:
             replays = load_replays(rd.path, samples, dev)
             measured = measured_steps_energy(samples, tl, dev)

@@ -72,6 +72,9 @@ def plan(res: DeviceAttribution, target_rel: float) -> list[StepsNeeded]:
             continue
         moved_j = float(np.hypot(bins.get(p.phase, 0.0), window.get(p.phase, 0.0)))
         fixed = min(moved_j / abs(p.energy_j), hw)
+        if p.noise_hw_j is not None:  # all but the bootstrap's part (the sensor model's too)
+            noise = min(p.noise_hw_j / abs(p.energy_j), hw)
+            fixed = max(fixed, float(np.sqrt(max(hw**2 - noise**2, 0.0))))
         n = steps_needed(hw, p.n_steps, target_rel, fixed)
         out.append(StepsNeeded(p.phase, hw, fixed, p.n_steps, n))
     return out

@@ -34,6 +34,13 @@ BUFFER_WINDOW_EXTENSIONS = 2
 to this many lengths further out (each the same ratio beyond the last): on two of six H200
 runs the longest of the configured lengths (75 ms) fitted best."""
 
+WINDOW_FROM_RESIDUALS = False
+"""Where True, how much the buffer window's length is worth to each phase comes from the run's
+own residuals: a neighbouring length's move counts by 1/√Δχ² (its residuals' excess over the
+best length's, in independent blocks of rows), and the window's systematic spread is at most
+what the residuals allow (`window_support`), instead of V-JEPA2's fixed full move and ±25 %.
+Off: benchmarks/results/ref_loops/README.md says what it gave."""
+
 BUFFER_ROWS = KIND_NAMES[BUFFER]
 """The power buffer's rows, as the fit's diagnostics name them."""
 
@@ -77,6 +84,13 @@ def choose_model(fit: Fit, timeline: Timeline, cfg: RegressionConfig) -> DeviceA
         with stage("choose the buffer window"):
             window = _search_buffer_window(point, cfg, res)
         cfg = window.cfg
+        if WINDOW_FROM_RESIDUALS and window.neighbours:
+            chi2 = window_support(window, _n_blocks(res))
+            sd = max(
+                abs(np.log(sc / window.best)) / np.sqrt(max(c, 1e-12)) for sc, c in chi2.items()
+            )
+            cfg = replace(cfg, buffer_window_rel_sd=float(min(cfg.buffer_window_rel_sd, sd)))
+            window.cfg = cfg
     with stage("fit the chosen model"):
         final = fit(cfg) if cfg.intervals else res
     if final is not res:
@@ -123,7 +137,9 @@ def _widen(res: DeviceAttribution, moved_j: dict[str, float], what: str) -> dict
                 f"its interval [{lo:.4g}, {hi:.4g}] J, widened by how much {what} move it "
                 f"({d:.3g} J), is wider than the estimate {p.energy_j:.4g} J"
             )
-            phases.append(unresolved(p.phase, p.time_s, p.n_steps, p.method, why, p.device))
+            row = unresolved(p.phase, p.time_s, p.n_steps, p.method, why, p.device)
+            phases.append(replace(row, estimate_j=p.energy_j, estimate_lo_j=lo, estimate_hi_j=hi,
+                                  n_rows=p.n_rows, noise_hw_j=p.noise_hw_j))  # fmt: skip
             continue
         moved_pct[p.phase] = 100 * d / p.energy_j
         head, _, rest = p.note.partition("; ±")
@@ -250,7 +266,7 @@ def _search_buffer_window(fit: Fit, cfg: RegressionConfig, res: DeviceAttributio
     tried = sorted(rms)
     i = tried.index(best)
     neighbours = [tried[j] for j in (i - 1, i + 1) if 0 <= j < len(tried)]
-    energy = {sc: {p.phase: p.energy_j for p in points[sc].phases} for sc in neighbours}
+    energy = {sc: {p.phase: _point(p) for p in points[sc].phases} for sc in neighbours}
     return _WindowSearch(
         replace(cfg, buffer_window_s=best * cfg.buffer_window_s),
         cfg.buffer_window_s,
@@ -261,17 +277,46 @@ def _search_buffer_window(fit: Fit, cfg: RegressionConfig, res: DeviceAttributio
     )
 
 
+def window_support(search, n_blocks: float) -> dict[float, float]:
+    """Per neighbouring scale, Δχ² of the buffer rows against the best scale: n_blocks ×
+    (rms_nb² / rms_best² − 1), the residuals' excess in independent blocks of rows (a block is
+    the bootstrap's: rows inside one are correlated). A quadratic profile puts the length's
+    σ at Δ / √Δχ² for a neighbour Δ away, so that neighbour's move is worth 1/√Δχ² of it."""
+    r0 = search.rms[search.best]
+    return {
+        sc: max(n_blocks * (search.rms[sc] ** 2 / max(r0, 1e-9) ** 2 - 1.0), 0.0)
+        for sc in search.neighbours
+    }
+
+
+def _point(p) -> float | None:
+    """A phase's point estimate: its energy, or an unresolved phase's unreported estimate."""
+    return p.energy_j if p.energy_j is not None else p.estimate_j
+
+
+def _n_blocks(res: DeviceAttribution) -> float:
+    """Independent blocks of rows in a fit: its analysed time over the bootstrap's block."""
+    block_s = res.diagnostics.get("block_s") or 1.5
+    return max(1.0, res.n_steps * res.step_time_s / block_s)
+
+
 def _widen_by_buffer_window(chosen: DeviceAttribution, search: _WindowSearch) -> None:
     """Widen each phase's interval in `chosen` (fitted at the chosen buffer window) by the
-    larger move to the neighbouring lengths tried, in place, and say so in a note."""
+    larger move to the neighbouring lengths tried (each weighed by the residuals' support
+    where WINDOW_FROM_RESIDUALS), in place, and say so in a note."""
     best, rms, neighbours, energy = search.best, search.rms, search.neighbours, search.energy
     tried = sorted(rms)
+    weight = {sc: 1.0 for sc in neighbours}
+    if WINDOW_FROM_RESIDUALS:
+        chi2 = window_support(search, _n_blocks(chosen))
+        weight = {sc: min(1.0, 1.0 / np.sqrt(max(c, 1e-12))) for sc, c in chi2.items()}
     moved: dict[str, float] = {}
     for p in chosen.phases:
+        e = _point(p)  # an unresolved phase's move too (how many steps it needs: steps_needed)
         ds = [
-            abs(energy[sc][p.phase] - p.energy_j)
+            weight[sc] * abs(energy[sc][p.phase] - e)
             for sc in neighbours
-            if p.energy_j is not None and energy[sc].get(p.phase) is not None
+            if e is not None and energy[sc].get(p.phase) is not None
         ]
         if ds:
             moved[p.phase] = max(ds)
@@ -285,6 +330,7 @@ def _widen_by_buffer_window(chosen: DeviceAttribution, search: _WindowSearch) ->
         "residual_rms_w": {f"{sc * search.base_window_s:.4g}": r for sc, r in rms.items()},
         "moved_j": moved,
         "at_edge": edge,
+        "neighbour_weight": {f"{sc * search.base_window_s:.4g}": w for sc, w in weight.items()},
     }
     most = max(moved_pct, key=moved_pct.get) if moved_pct else None
     chosen.notes.append(

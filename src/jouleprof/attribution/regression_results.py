@@ -10,6 +10,8 @@ The fit itself is `attribution.regression`, which calls these.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 from scipy.stats import norm
 
@@ -101,6 +103,7 @@ def _phase_results(
         n_cover = max(int(cover[cols[col_of[m]]]) for m in labels)  # a bound on the union
         idx, t = terms([name])
         e, lo, hi = _energy_interval(power, boot, sens_w, idx, t, cfg, widen)
+        noise = _noise_halfwidth_j(boot, idx, t, cfg, widen)
         # Its own power (without stalls); a binned phase's mean over its bins.
         if len(labels) == 1:
             power_w = float(power[col_of[name]])
@@ -124,7 +127,9 @@ def _phase_results(
                 f"the estimate {e:.4g} J"
             )
         if why is not None:
-            results.append(unresolved(name, time_s, n_steps, METHOD, why, device))
+            row = unresolved(name, time_s, n_steps, METHOD, why, device)
+            results.append(replace(row, estimate_j=e, estimate_lo_j=lo, estimate_hi_j=hi,
+                                   n_rows=n_cover, noise_hw_j=noise))  # fmt: skip
             continue
         share = 100.0 * e / step_e if name != IDLE and step_e > 0 else None
         note = f"{n_cover} sensor intervals; ±{pct_text(50 * (hi - lo) / e)}%"
@@ -143,9 +148,19 @@ def _phase_results(
                 note,
                 device,
                 n_steps,
+                n_rows=n_cover,
+                noise_hw_j=noise,
             )
         )
     return results, step_e, step_lo, step_hi, unphysical
+
+
+def _noise_halfwidth_j(boot, idx, t_s, cfg, widen=1.0) -> float:
+    """The bootstrap's own half-width of the energy of columns `idx` over `t_s` (no sensor-
+    model spread, no floor): the part of the interval that more steps shrink."""
+    alpha = 1.0 - cfg.confidence
+    q_lo, q_hi = np.quantile(boot[:, idx] @ t_s, [alpha / 2, 1 - alpha / 2])
+    return float(widen * 0.5 * (q_hi - q_lo))
 
 
 CEILING_MARGIN = 1.15
@@ -273,7 +288,14 @@ def _demote_partners(results, joint, unphysical: set[str], n_steps: int, device:
                         f"energy: only {row.phase} is measured"
                     )
     return [
-        unresolved(r.phase, r.time_s, n_steps, METHOD, demote[r.phase], device)
+        replace(
+            unresolved(r.phase, r.time_s, n_steps, METHOD, demote[r.phase], device),
+            estimate_j=r.energy_j,
+            estimate_lo_j=r.energy_lo_j,
+            estimate_hi_j=r.energy_hi_j,
+            n_rows=r.n_rows,
+            noise_hw_j=r.noise_hw_j,
+        )
         if r.phase in demote
         else r
         for r in results

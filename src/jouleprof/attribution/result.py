@@ -46,6 +46,14 @@ class PhaseResult:
         note: why unresolved, or caveats.
         device: the device the figure belongs to, or "total".
         n_steps: how many steps were analysed.
+        estimate_j, estimate_lo_j, estimate_hi_j: for an unresolved regression phase, the
+            fit's own figure and interval that were not good enough to report (diagnostics
+            only, e.g. for how many steps it would need: `attribution.steps_needed`); None
+            otherwise.
+        n_rows: sensor intervals overlapping the phase (regression), or None.
+        noise_hw_j: the part of the interval's half-width that the block bootstrap gives
+            (regression): the noise, which falls as 1/√steps; the rest (the sensor model's
+            spread, the moves of bin and buffer-window lengths) does not. None: not known.
     """
 
     phase: str
@@ -61,6 +69,11 @@ class PhaseResult:
     note: str = ""
     device: str = ""
     n_steps: int = 0
+    estimate_j: float | None = None
+    estimate_lo_j: float | None = None
+    estimate_hi_j: float | None = None
+    n_rows: int | None = None
+    noise_hw_j: float | None = None
 
     def __post_init__(self) -> None:
         if not self.resolved and self.energy_j is not None:

@@ -1,0 +1,82 @@
+"""What excitation cost a run: excited steps against plain ones (pure functions).
+
+An excited run (`timeline.excite`) records its gaps as phase ``excite_gap``; a step holding one
+is excited. Its cost per excited step is the difference to the plain steps of the same run:
+
+- time: the mean step time of excited steps minus that of plain steps (gaps, and what
+  draining the launch queue costs the next phase);
+- energy: each step's energy from the fit (each phase's fitted power × its time in that step,
+  the gaps at their own fitted power), excited minus plain. The fit is what the run measured
+  (its counter and power readings); its source says so.
+
+Over the whole run, the cost is that per excited step times the share of steps excited.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from jouleprof.timeline.excite import GAP_PHASE
+
+
+def _step_table(spans, steps) -> tuple[dict[int, float], dict[int, dict[str, float]]]:
+    """Per step: its time (hull of its spans) and its top-level phases' time."""
+    s = spans[spans["step"].isin(steps)]
+    top = s[~s["phase"].astype(str).str.contains("/")]
+    hull = s.groupby("step").agg(t0=("t0_s", "min"), t1=("t1_s", "max"))
+    time_s = (hull["t1"] - hull["t0"]).to_dict()
+    dur = (top["t1_s"] - top["t0_s"]).groupby([top["step"], top["phase"]]).sum()
+    per: dict[int, dict[str, float]] = {}
+    for (step, phase), v in dur.items():
+        per.setdefault(int(step), {})[str(phase)] = float(v)
+    return {int(k): float(v) for k, v in time_s.items()}, per
+
+
+def overhead(spans, res: Any) -> dict[str, Any]:
+    """Excitation's cost in the analysed steps of `res` (a DeviceAttribution of the run whose
+    spans.csv is `spans`): per excited step and over the run, in time and energy."""
+    steps = sorted(int(x) for x in spans["step"].unique())
+    used = steps[res.warmup_steps : res.warmup_steps + res.n_steps]
+    time_s, per = _step_table(spans, used)
+    excited = [s for s in used if GAP_PHASE in per.get(s, {})]
+    plain = [s for s in used if s not in set(excited)]
+    out: dict[str, Any] = {
+        "n_excited": len(excited),
+        "n_plain": len(plain),
+        "source": "fit (each phase's fitted power × its time per step)",
+    }
+    if not excited or not plain:
+        out["note"] = "no excited steps" if not excited else "no plain steps to compare with"
+        return out
+    power = dict(res.diagnostics.get("fitted_power_w") or {})
+    for p in res.phases:
+        if p.phase not in power and p.mean_power_w is not None:
+            power[p.phase] = p.mean_power_w
+    gap_j = [per[s][GAP_PHASE] * power.get(GAP_PHASE, np.nan) for s in excited]
+
+    def energy(s: int) -> float:
+        tracked = sum(per[s].values())
+        e = sum(t * power.get(ph, np.nan) for ph, t in per[s].items())
+        return e + max(time_s[s] - tracked, 0.0) * power.get("untracked", 0.0)
+
+    t_x = float(np.mean([time_s[s] for s in excited]))
+    t_p = float(np.mean([time_s[s] for s in plain]))
+    e_x = float(np.mean([energy(s) for s in excited]))
+    e_p = float(np.mean([energy(s) for s in plain]))
+    frac = len(excited) / len(used)
+    out.update(
+        step_ms_plain=1e3 * t_p,
+        step_ms_excited=1e3 * t_x,
+        gap_ms_per_excited_step=1e3 * float(np.mean([per[s][GAP_PHASE] for s in excited])),
+        gap_j_per_excited_step=float(np.mean(gap_j)),
+        time_overhead_pct_per_excited_step=100 * (t_x - t_p) / t_p,
+        step_j_plain=e_p,
+        step_j_excited=e_x,
+        energy_overhead_pct_per_excited_step=100 * (e_x - e_p) / e_p if e_p else None,
+        share_excited=frac,
+        run_time_overhead_pct=100 * frac * (t_x - t_p) / t_p,
+        run_energy_overhead_pct=100 * frac * (e_x - e_p) / e_p if e_p else None,
+    )
+    return out
