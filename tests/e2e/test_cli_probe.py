@@ -33,6 +33,15 @@ def run(*args, timeout=600):
     return subprocess.run([*JP, *args], capture_output=True, text=True, timeout=timeout)
 
 
+def run_here(*args):
+    """The CLI in this process (no interpreter start): for calls that start no worker."""
+    from typer.testing import CliRunner
+
+    from jouleprof.cli.main import app
+
+    return CliRunner().invoke(app, list(args))
+
+
 def _rows(path):
     with path.open(newline="") as f:
         r = csv.reader(f)
@@ -90,18 +99,20 @@ def test_probe_writes_rows_refuses_pairs_and_resumes(tmp_path):
     cell = out / "cells" / "swin3d-b_lora_fp32_nockpt_b2"
     assert json.loads((cell / "run.json").read_text())["status"] == "complete"
     # rerun: every row is already there, nothing runs again
-    r2 = run(*args)
-    assert r2.returncode == 0, r2.stderr
-    assert "already in" in r2.stderr
+    r2 = run_here(*args)
+    assert r2.exit_code == 0, r2.output
+    assert "already in" in r2.output
     assert len(_rows(out / "probe.csv")[1]) == 4
 
 
 def test_probe_bad_names_list_the_choices(tmp_path):
-    r = run("probe", "video", "--models", "resnet", "--out", str(tmp_path / "p"))
-    assert r.returncode == 2
-    assert "videomae-b" in r.stderr and "hiera-b" in r.stderr
-    r = run("probe", "video", "--methods", "prefix", "--out", str(tmp_path / "p"))
-    assert r.returncode == 2 and "adalora" in r.stderr
+    r = run_here("probe", "video", "--models", "resnet", "--out", str(tmp_path / "p"))
+    assert r.exit_code == 2
+    assert "videomae-b" in r.output and "hiera-b" in r.output
+    assert "Traceback" not in r.output
+    r = run_here("probe", "video", "--methods", "prefix", "--out", str(tmp_path / "p"))
+    assert r.exit_code == 2 and "adalora" in r.output
+    assert not (tmp_path / "p").exists()
 
 
 def test_infer_measures_latency_and_says_why_energy_is_missing(tmp_path):
@@ -129,5 +140,5 @@ def test_infer_measures_latency_and_says_why_energy_is_missing(tmp_path):
     assert res["window_passes"] >= 1 and res["window_s"] >= 0.3
     if res["j_per_clip"] is None:
         assert res["energy_note"].startswith("unavailable")
-    r = run("infer", "--model", "hiera-b", "--protocol", "burst", "--out", str(tmp_path / "x"))
-    assert r.returncode == 2 and "clip" in r.stderr and "steady" in r.stderr
+    r = run_here("infer", "--model", "hiera-b", "--protocol", "burst", "--out", str(tmp_path / "x"))
+    assert r.exit_code == 2 and "clip" in r.output and "steady" in r.output

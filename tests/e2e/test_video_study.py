@@ -57,6 +57,15 @@ def jp(*args, timeout=600):
     return subprocess.run([*JP, *args], capture_output=True, text=True, timeout=timeout)
 
 
+def jp_here(*args):
+    """The CLI in this process (no interpreter start): for commands that run no cell."""
+    from typer.testing import CliRunner
+
+    from jouleprof.cli.main import app
+
+    return CliRunner().invoke(app, list(args))
+
+
 def test_tiny_staged_study_runs_resumes_and_summarizes(tmp_path):
     out = tmp_path / "study"
     r = jp(*STUDY, "--out", str(out))
@@ -88,18 +97,18 @@ def test_tiny_staged_study_runs_resumes_and_summarizes(tmp_path):
     else:
         assert ns_e["value"] is None and "accuracy" in ns_e["reason"]
 
-    # Resume: the same command runs nothing again.
+    # Resume: the same command runs nothing again (in this process: a cell would need one).
     t0 = time.monotonic()
-    again = jp(*STUDY, "--out", str(out))
-    assert again.returncode == 0, again.stderr[-2000:]
-    assert "done before" in again.stderr
+    again = jp_here(*STUDY, "--out", str(out))
+    assert again.exit_code == 0, again.output[-2000:]
+    assert "done before" in again.output
     assert time.monotonic() - t0 < 60
     # Other settings into the same folder are refused.
-    other = jp(*[a if a != "lora=1e-3" else "lora=3e-3" for a in STUDY], "--out", str(out))
-    assert other.returncode != 0 and "different study" in other.stderr
+    other = jp_here(*[a if a != "lora=1e-3" else "lora=3e-3" for a in STUDY], "--out", str(out))
+    assert other.exit_code != 0 and "different study" in other.output
 
-    s = jp("summarize", str(out))
-    assert s.returncode == 0, s.stderr
+    s = jp_here("summarize", str(out))
+    assert s.exit_code == 0, s.output
     md = (out / "video_summary.md").read_text()
     assert "Best configuration per model by NS#" in md and "simulated" in md
     assert "| confirm-videomae-b-lora-fp32-ck0-s5 | complete |" in md
