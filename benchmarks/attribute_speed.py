@@ -224,7 +224,8 @@ def main(argv: list[str] | None = None) -> None:
 def compare_results(old: dict, new: dict, tol: float = 0.1) -> tuple[bool, list[str]]:
     """Whether two attributions of a run (AttributionResult.to_json(), e.g. two code versions'
     results/<run>.json) agree: the same phases resolved, every estimate within `tol` × the
-    old interval's half-width, the same notes. Returns (same, lines saying how far)."""
+    old interval's half-width, the same notes (the device's and every phase's). Returns
+    (same, lines saying how far)."""
     same, out = True, []
     new_devs = {d["device"]: d for d in new["devices"]}
     for d_old in old["devices"]:
@@ -260,9 +261,12 @@ def compare_results(old: dict, new: dict, tol: float = 0.1) -> tuple[bool, list[
                 for a, b in zip(d_old["notes"], d_new["notes"], strict=False)
                 if a != b
             ]
-        n_phase_notes = sum(po[k]["note"] != pn[k]["note"] for k in set(po) & set(pn))
+        differing = sorted(k for k in set(po) & set(pn) if po[k]["note"] != pn[k]["note"])
+        if differing:
+            same = False
+            out += [f"    {k}: {po[k]['note']!r}\n      -> {pn[k]['note']!r}" for k in differing]
         out.append(
-            f"{dev}: worst move {worst:.2g} half-widths; phase notes differing: {n_phase_notes}"
+            f"{dev}: worst move {worst:.2g} half-widths; phase notes differing: {len(differing)}"
         )
     return same, out
 

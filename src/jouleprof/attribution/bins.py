@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from jouleprof.attribution.common import EXCLUDED, IDLE, UNTRACKED, Timeline
+from jouleprof.attribution.memo import keep_last
 
 BIN_SEP = "#"
 """Separates a phase's name from its bin's number ("backward#2")."""
@@ -65,6 +66,7 @@ def bin_counts(tl: Timeline, bin_s: float) -> dict[str, int]:
     return out
 
 
+@keep_last
 def split_bins(tl: Timeline, bin_s: float) -> BinSplit:
     """Cut each long phase of the analysed steps into bins of equal time (module docstring).
 

@@ -49,6 +49,7 @@ PARAMS: tuple[str, ...] = (
     "buffer_shift_s",
 )
 _MIN_ROW_VAR_W2 = 0.01  # floor on a row's noise variance: no row is trusted beyond 0.1 W
+_STEP_S = 20e-6  # the step of the Jacobian's central differences
 NO_DELAY: Delays = ((0.0, 1.0),)
 
 
@@ -231,9 +232,11 @@ class Placement:
         return out
 
     def derivatives(self, theta: np.ndarray, power_w: np.ndarray, modelled_w: np.ndarray):
-        """How each row's modelled power (`modelled_w`, the design at `theta` times `power_w`)
-        moves with its own shift and, for the instant rows, their window's length (W/s), in
-        closed form (`knot_design`): (d/d shift, d/d window; 0 where a row has none)."""
+        """Central differences (±`_STEP_S`) of each row's modelled power (`modelled_w`, the
+        design at `theta` times `power_w`) under its own shift and, for the instant rows,
+        their window's length (W/s), from the edges near its knots (`knot_design`): (d/d
+        shift, d/d window; 0 where a row has none)."""
+        h = _STEP_S
         r = self.placed(theta)
         row_sig = r.row_sigma_s(self.sigma_s)
         shares = self.__dict__.get("_shares")
@@ -243,8 +246,8 @@ class Placement:
         d = r.duration_s
         # Each kind's knots: x_k = t1 − m_k d with coefficients γ_k / d (a boxcar: m = 0, 1;
         # γ = 1, −1), or the counter's delayed copies of its interval.
-        groups = []
         plain = np.ones(len(r), dtype=bool)
+        groups = []
         for kind, kernel in ((INSTANT, self.kernel), (BUFFER, self.buffer_kernel)):
             m = r.kind == kind
             if kernel == BOXCAR or not m.any():
@@ -255,20 +258,43 @@ class Placement:
             m = r.kind == COUNTER
             if m.any():
                 knots, coefs = delay_knots(r.t0_s[m], r.t1_s[m], self.counter_delays)
-                hat = shares.power_at(knots, row_sig[m], power_w)
-                d_shift[m] = np.sum(coefs * hat, axis=1)
+                up, down = shares.increments(knots, [h, -h], row_sig[m], power_w)
+                d_shift[m] = np.sum(coefs * (up - down), axis=1) / (2 * h)
                 plain &= ~m
         groups.append((plain, _BOX_MULTIPLES, np.array([1.0, -1.0])))
+        instant = r.kind == INSTANT
         for m, mult, gamma in groups:
             if not m.any():
                 continue
             dm = d[m]
             knots = r.t1_s[m][:, None] - mult[None, :] * dm[:, None]
-            hat = shares.power_at(knots, row_sig[m], power_w)
             coefs = gamma[None, :] / dm[:, None]
-            d_shift[m] = np.sum(coefs * hat, axis=1)
-            d_window[m] = -modelled_w[m] / dm - np.sum(coefs * mult[None, :] * hat, axis=1)
-        d_window[r.kind != INSTANT] = 0.0
+            if not instant[m].any():
+                up, down = shares.increments(knots, [h, -h], row_sig[m], power_w)
+                d_shift[m] = np.sum(coefs * (up - down), axis=1) / (2 * h)
+                continue
+            # The window moves knot k by ∓m_k h: a boxcar's two knots by 0 and ∓h, the
+            # shift's own increments; another kernel's by its own.
+            box = mult is _BOX_MULTIPLES
+            moved = [] if box else [-mult[None, :] * h, mult[None, :] * h]
+            up, down, here, *other = shares.increments(
+                knots, [h, -h, 0.0, *moved], row_sig[m], power_w
+            )
+            d_shift[m] = np.sum(coefs * (up - down), axis=1) / (2 * h)
+            if box:
+                zero = np.zeros(len(dm))
+                longer_inc, shorter_inc = (
+                    np.column_stack([zero, down[:, 1] - here[:, 1]]),
+                    (np.column_stack([zero, up[:, 1] - here[:, 1]])),
+                )
+            else:
+                longer_inc, shorter_inc = other[0] - here, other[1] - here
+            # M over a window d ± h: (d M + Σ γ_k × the increment at its moved knot) / (d ± h).
+            energy = dm * modelled_w[m]
+            longer = (energy + longer_inc @ gamma) / (dm + h)
+            shorter = (energy + shorter_inc @ gamma) / (dm - h)
+            d_window[m] = (longer - shorter) / (2 * h)
+        d_window[~instant] = 0.0
         return d_shift, d_window
 
     def target(self, theta: np.ndarray, buffer_scale: float = 1.0) -> np.ndarray:
@@ -327,7 +353,7 @@ def refine(
         power = fit_powers(x * w[:, None], y * w)
         modelled = x @ power
         r = (y - modelled) * w
-        # The shifts' derivatives in closed form (a drift's is its shift's times u).
+        # The shifts' central differences (a drift's is its shift's times u).
         d_shift, d_window = pl.derivatives(theta, power, modelled)
         grads = {i: np.zeros(len(w)) for i in (0, 2, 4, 6)}
         for i in shifts:

@@ -216,10 +216,17 @@ def _fit_pass(
     d_lo, d_hi = min(d for d, _ in delays), max(d for d, _ in delays)
     a_s = np.where(counter, rows.t0_s - max(d_hi, 0.0), rows.t0_s)
     b_s = np.where(counter, rows.t1_s - min(d_lo, 0.0), rows.t1_s)
-    frac = timeline.overlap_s(a_s, b_s, float(sigma.max())) / (b_s - a_s)[:, None]
+    # The share of each row's time that is excluded (from the edges near the row only).
+    inv = 1.0 / (b_s - a_s)
+    frac = timeline.knot_overlap(
+        np.column_stack([a_s, b_s]),
+        np.column_stack([-inv, inv]),
+        float(sigma.max()),
+        [timeline.names.index(nm) for nm in EXCLUDED],
+    )
     r0, r1 = timeline.region_s
     keep = (
-        (frac[:, [timeline.names.index(nm) for nm in EXCLUDED]].max(axis=1) <= 1e-6)
+        (frac.max(axis=1) <= 1e-6)
         & (a_s >= timeline.edges_s[0])
         & (b_s <= timeline.edges_s[-1])
         & (rows.t1_s > r0 - cfg.margin_s)
@@ -235,7 +242,11 @@ def _fit_pass(
         if scale is not None:
             b = rows.kind == BUFFER
             rows.power_w = np.where(b, rows.power_w / scale.scale, rows.power_w)
-    cover = (timeline.overlap_s(rows.t0_s, rows.t1_s) > 1e-9).sum(axis=0)
+    ones = np.ones(len(rows))
+    seconds = timeline.knot_overlap(
+        np.column_stack([rows.t0_s, rows.t1_s]), np.column_stack([-ones, ones]), 0.0
+    )
+    cover = (seconds > 1e-9).sum(axis=0)
     cols = [j for j, nm in enumerate(timeline.names) if nm not in EXCLUDED and cover[j] > 0]
     if len(rows) < 2 * len(cols) or not cols:
         raise AttributionError(

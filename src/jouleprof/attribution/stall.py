@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from jouleprof.attribution.common import EXCLUDED, IDLE, UNTRACKED, Timeline
+from jouleprof.attribution.memo import keep_last
 
 STALL = "stall"
 """The shared column of stall time."""
@@ -60,6 +61,7 @@ class StallSplit:
         return idx, np.array(t)
 
 
+@keep_last
 def split_stalls(tl: Timeline, quantile: float = 0.05) -> StallSplit:
     """Split each recorded phase's time in the analysed steps into work and stall (module doc).
 
