@@ -95,7 +95,8 @@ def infer_cmd(
         )
         t.add_row("mean power", _fmt(r["power_w"], "W"))
     else:
-        t.add_row(f"energy ({unit})", f"unavailable ({r['energy_note']})")
+        why = str(r["energy_note"]).removeprefix("unavailable: ")
+        t.add_row(f"energy ({unit})", f"unavailable ({why})")
     t.add_row("energy window", f"{r['window_s']:.2f} s, {r['window_passes']} passes")
     t.add_row(
         "peak allocated memory",
