@@ -81,14 +81,7 @@ class CellSpec:
     simulated, never measured)."""
 
     def __post_init__(self) -> None:
-        check_choices(
-            arch=self.arch,
-            dataset=self.dataset,
-            lam=self.lam,
-            kind=self.kind,
-            reduction=self.reduction,
-            precision=self.precision,
-        )
+        check_choices(self)
         for name in ("epochs", "batch_size", "infer_passes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be ≥ 1, got {getattr(self, name)}")

@@ -5,6 +5,7 @@ what E counts, its reduction and the precision."""
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from jouleprof.energy_aware.regularizer import KINDS, REDUCTIONS
 from jouleprof.workloads.energy_aware.datasets import DATASETS
@@ -13,10 +14,11 @@ from jouleprof.workloads.energy_aware.models import ARCHS
 PRECISIONS = ("fp32", "bf16")
 
 
-def check_choices(
-    *, arch: str, dataset: str, lam: float, kind: str, reduction: str, precision: str
-) -> None:
-    """ValueError naming the first bad field and its valid values."""
+def check_choices(cfg: Any) -> None:
+    """ValueError naming the first bad field of `cfg` (a CellSpec or an EnergyAwareConfig:
+    anything with these six fields) and its valid values."""
+    arch, dataset, lam = cfg.arch, cfg.dataset, cfg.lam
+    kind, reduction, precision = cfg.kind, cfg.reduction, cfg.precision
     if arch not in ARCHS:
         raise ValueError(f"unknown arch {arch!r}: choose one of {', '.join(ARCHS)}")
     if dataset not in DATASETS:

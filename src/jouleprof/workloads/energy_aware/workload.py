@@ -43,14 +43,7 @@ class EnergyAwareConfig:
     arch_overrides: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        check_choices(
-            arch=self.arch,
-            dataset=self.dataset,
-            lam=self.lam,
-            kind=self.kind,
-            reduction=self.reduction,
-            precision=self.precision,
-        )
+        check_choices(self)
         if self.batch_size < 1:
             raise ValueError(f"batch_size must be ≥ 1, got {self.batch_size}")
         arch_config(self.arch, **self.arch_overrides)  # checks the overrides
