@@ -8,7 +8,8 @@ fit with its bootstrap and sensor-model spread. It needs no GPU: the runs are re
 (benchmarks/results/attr_vith_b8/run*, which travel with the tree).
 
     PYTHONPATH=src python3 benchmarks/attribute_speed.py --out DIR [--runs run11 run6 ...]
-        [--method regression] [--repeat 1] [--budget-s 900]
+        [--method regression] [--repeat 1] [--budget-s 900] [--src OTHER/src]
+    PYTHONPATH=src python3 benchmarks/attribute_speed.py --compare OLD_DIR NEW_DIR
 
 Writes DIR/runs.csv (one row per run and repeat: wall, CPU, peak memory, sizes, phases
 resolved), DIR/stages.csv (per run, repeat and stage: wall and CPU seconds, calls), DIR/
@@ -142,6 +143,13 @@ def main(argv: list[str] | None = None) -> None:
         help="start no new attribution after this many seconds",
     )
     ap.add_argument("--timeout-s", type=float, default=900.0, help="limit for one attribution")
+    ap.add_argument(
+        "--src",
+        type=Path,
+        default=ROOT / "src",
+        help="the jouleprof source tree to time (default: this checkout's src; another "
+        "version's, e.g. a git worktree's, for a before/after on the same machine)",
+    )
     ap.add_argument("--child", nargs=2, metavar=("RUN", "METHOD"), help=argparse.SUPPRESS)
     ap.add_argument(
         "--compare",
@@ -173,10 +181,11 @@ def main(argv: list[str] | None = None) -> None:
     a.out.mkdir(parents=True, exist_ok=True)
     (a.out / "results").mkdir(exist_ok=True)
     meta = _meta(argv)
+    meta["src"] = str(a.src)
     (a.out / "meta.json").write_text(json.dumps(meta, indent=2))
     env = {
         **os.environ,
-        "PYTHONPATH": str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        "PYTHONPATH": str(a.src.resolve()) + os.pathsep + os.environ.get("PYTHONPATH", ""),
     }
     run_rows, stage_rows = [], []
     t_start = time.monotonic()
