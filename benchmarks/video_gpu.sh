@@ -20,7 +20,7 @@ b() { python3 -c "print(int($1 * $SCALE))"; }
 case $WHAT in
 probe)
     timeout -k 15 "$(b 215)" python3 benchmarks/video_probe.py --out "$OUT/vp" \
-        --stages infer,probe --infer-models hiera-b --batch-sizes 4,1 --timed-s 2 \
+        --stages infer,probe --infer-models hiera-b --batch-sizes 4,1 --timed-s 3 \
         --cells-per-process 48 --budget-s "$(b 170)" \
         --done benchmarks/results/video_probe/probe/probe.csv ${JP_PROBE_ARGS:-} \
         >"$OUT/probe.log" 2>&1
