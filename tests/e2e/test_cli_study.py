@@ -9,6 +9,8 @@ import sys
 import pandas as pd
 import pytest
 
+from conftest import jouleprof_many
+
 pytest.importorskip("torch")
 pytest.importorskip("av")
 
@@ -34,11 +36,14 @@ def test_profile_writes_a_run_directory_and_a_report(tmp_path):
         "1",
         "--num-workers",
         "0",
+        "--max-warmup-steps",
+        "2",
         "--out",
         str(out),
     )
     assert r.returncode == 0, r.stderr
     rec = json.loads((out / "run.json").read_text())
+    assert rec["extra"]["warmup_steps"] == 2
     assert rec["extra"]["overhead"]["steps_per_arm"] == 3  # 3 pairs of one-step blocks
     assert rec["status"] == "complete"
     assert rec["summary"]["throughput_samples_per_s"]["value"] > 0
@@ -46,7 +51,7 @@ def test_profile_writes_a_run_directory_and_a_report(tmp_path):
     assert (out / "spans.csv").read_text().count("\n") > 4 * 7
 
 
-def test_study_runs_resumes_and_reports(tmp_path):
+def test_study_runs_a_cell_per_gpu_resumes_and_reports(tmp_path):
     out = tmp_path / "study"
     args = (
         "study",
@@ -63,6 +68,14 @@ def test_study_runs_resumes_and_reports(tmp_path):
         "1",
         "--overhead-pairs",
         "0",
+        "--set",
+        "num_workers=0",
+        # A CPU's step times rarely settle: without a cap each cell waits out 50 warm-up steps.
+        "--max-warmup-steps",
+        "2",
+        # Two cells at once, each told its own GPU (here no GPU trains: each sees its index).
+        "--parallel-gpus",
+        "0,1",
         "--out",
         str(out),
     )
@@ -76,27 +89,46 @@ def test_study_runs_resumes_and_reports(tmp_path):
         "bs2-fine-r0",
     ]
     assert (df["status"] == "complete").all(), df[["cell_id", "status", "error"]]
+    wall = pd.read_csv(out / "cell_wall.csv")
+    assert sorted(wall["cell_id"]) == sorted(df["cell_id"]) and set(wall["gpu"]) == {0, 1}
+    for cell, gpu in zip(wall["cell_id"], wall["gpu"], strict=True):
+        rec = json.loads((out / "cells" / cell / "run.json").read_text())
+        assert str(rec["environment"].get("cuda_visible_devices")) == str(gpu), rec["environment"]
+        assert rec["extra"]["warmup_steps"] == 2  # the cap reached every cell
     assert (out / "report.html").is_file()
     # Rerunning the same command resumes: nothing is redone.
     r = run(*args)
     assert r.returncode == 0 and r.stderr.count("(done before)") == 4
 
 
-@pytest.mark.parametrize(
-    "args, message",
-    [
-        (("--preset", "vit_gigantic"), "vit_huge"),
-        (("--modes", "turbo"), "baseline, e2e, fine"),
-        (("--batch-sizes", "a,b"), "comma-separated integers"),
-        (("--set", "compile=maybe"), "compile must be true or false"),
-        (("--set", "nosuch=1"), "valid fields"),
-    ],
-)
-def test_study_bad_input_lists_what_is_valid(tmp_path, args, message):
-    r = run("study", "vjepa2", "--out", str(tmp_path / "s"), *args)
+BAD = [
+    (("--preset", "vit_gigantic"), "vit_huge"),
+    (("--modes", "turbo"), "baseline, e2e, fine"),
+    (("--batch-sizes", "a,b"), "comma-separated integers"),
+    (("--set", "compile=maybe"), "compile must be true or false"),
+    (("--set", "nosuch=1"), "valid fields"),
+    (("--max-warmup-steps", "1"), "max_warmup_steps must be ≥ 2"),
+    (("--parallel-gpus", "0,0"), "distinct"),
+]
+
+
+@pytest.fixture(scope="module")
+def bad_results(tmp_path_factory):
+    """Every BAD study command's result, all run in one process (jouleprof_many)."""
+    tmp = tmp_path_factory.mktemp("bad")
+    commands = [["study", "vjepa2", "--out", tmp / f"s{i}", *a] for i, (a, _) in enumerate(BAD)]
+    return tmp, jouleprof_many(commands)
+
+
+@pytest.mark.parametrize(("i", "message"), [(i, m) for i, (_, m) in enumerate(BAD)],
+                         ids=[" ".join(a) for a, _ in BAD])  # fmt: skip
+def test_study_bad_input_lists_what_is_valid(bad_results, i, message):
+    tmp, results = bad_results
+    r = results[i]
     assert r.returncode != 0
     assert message in r.stderr + r.stdout
-    assert not (tmp_path / "s" / "runs.csv").exists()
+    assert "Traceback" not in r.stderr + r.stdout
+    assert not (tmp / f"s{i}" / "runs.csv").exists()
 
 
 def test_set_parses_json_values():
@@ -107,20 +139,3 @@ def test_set_parses_json_values():
         "grad_accum_steps": 4,
         "optimizer_impl": "foreach",
     }
-
-
-def test_study_runs_a_cell_per_gpu_at_once(tmp_path):
-    out = tmp_path / "par"
-    args = ("study", "vjepa2", "--preset", "tiny", "--batch-sizes", "1,2", "--modes", "e2e")
-    more = ("--reps", "1", "--duration-s", "1", "--set", "num_workers=0", "--no-report")
-    r = run(*args, *more, "--parallel-gpus", "0,1", "--out", str(out))
-    assert r.returncode == 0, r.stderr
-    wall = pd.read_csv(out / "cell_wall.csv")
-    assert sorted(wall["gpu"]) == [0, 1]
-    runs = pd.read_csv(out / "runs.csv")
-    assert set(runs["status"]) == {"complete"}
-    for cell, gpu in zip(wall["cell_id"], wall["gpu"], strict=True):
-        env = json.loads((out / "cells" / cell / "run.json").read_text())["environment"]
-        assert str(env.get("cuda_visible_devices")) == str(gpu), env
-    bad = run(*args, *more, "--parallel-gpus", "0,0", "--out", str(tmp_path / "bad"))
-    assert bad.returncode != 0 and "distinct" in bad.stderr
