@@ -106,6 +106,13 @@ def test_nnls_rows_equals_nnls_on_the_rows():
     np.testing.assert_allclose(got, ref, rtol=1e-10, atol=1e-9)
 
 
+def _placement(tl, rows, sigma_s, instant_kernel, **extra) -> Placement:
+    """Rows placed on `tl`, every in-step label fitted, the buffer's exponential kernel."""
+    cols = list(range(2, len(tl.names)))
+    u = np.linspace(-1, 1, len(rows))
+    return Placement(tl, rows, cols, np.array(sigma_s), u, instant_kernel, exponential(), **extra)
+
+
 def test_a_design_of_some_rows_is_those_rows_of_the_whole():
     tl = _timeline(6)
     rng = np.random.default_rng(7)
@@ -114,16 +121,7 @@ def test_a_design_of_some_rows_is_those_rows_of_the_whole():
     kind = rng.choice([COUNTER, INSTANT, BUFFER], n)
     dur = np.where(kind == COUNTER, 0.1, np.where(kind == INSTANT, 0.025, 0.06))
     rows = SensorRows(t1 - dur, t1, np.full(n, 300.0), kind, np.ones(n), np.full(n, np.nan))
-    cols = list(range(2, len(tl.names)))
-    pl = Placement(
-        tl,
-        rows,
-        cols,
-        np.array([0.0015, 0.003, 0.003, 0.0003]),
-        np.linspace(-1, 1, n),
-        triangle(),
-        exponential(),
-    )
+    pl = _placement(tl, rows, [0.0015, 0.003, 0.003, 0.0003], triangle())
     theta = np.array([2e-4, -1e-4, 5e-4, 1e-4, 2e-3, 0.01, -3e-4])
     whole = pl.design(theta)
     for k in (COUNTER, INSTANT, BUFFER):
@@ -147,19 +145,10 @@ def test_placement_derivatives_equal_central_differences(delays):
     )
     own_sd = np.where(kind == INSTANT, rng.uniform(0.5e-3, 2e-3, n), np.nan)
     rows = SensorRows(t1 - dur, t1, np.full(n, 300.0), kind, np.ones(n), own_sd)
-    cols = list(range(2, len(tl.names)))
     extra = {} if delays is None else {"counter_delays": delays}
     for instant_kernel in (BOXCAR, triangle()):
-        pl = Placement(
-            tl,
-            rows,
-            cols,
-            np.array([0.0015, 0.004, 0.004, 0.0003]),
-            np.linspace(-1, 1, n),
-            instant_kernel,
-            exponential(),
-            **extra,
-        )
+        pl = _placement(tl, rows, [0.0015, 0.004, 0.004, 0.0003], instant_kernel, **extra)
+        cols = pl.cols
         theta = np.array([2e-4, -1e-4, 5e-4, 1e-4, 2e-3, 0.01, -3e-4])
         power = rng.uniform(100, 600, len(cols))
         d_shift, d_window = pl.derivatives(theta, power, pl.design(theta) @ power)
