@@ -82,12 +82,23 @@ def test_regression_recovers_the_simulated_truth_and_time_share_does_not(quickst
     out, _ = quickstart
     reg = pd.read_csv(out / "phases_regression.csv").set_index("phase")
     prop = pd.read_csv(out / "phases_proportional.csv").set_index("phase")
-    # The longest phase is resolved on any CPU; how many of the short ones are depends on how
-    # fast this CPU runs the tiny step (an idle CPU gives ~10 ms phases, which 30 steps of one
-    # schedule cannot split): each is then within 3 % of the truth or unresolved with its reason.
+    # How many phases are split depends on how fast this CPU runs the tiny step (an idle CPU
+    # gives ~10 ms phases, which 30 steps of one schedule cannot split): each is then within 3 %
+    # of the truth or unresolved with its reason. The long data phase is within 5 % of its truth,
+    # or, where a loaded CPU leaves the forward's own time next to nothing (seen at load 15:
+    # forward fitted at 3517 W), unresolved with its reason and measured jointly with its
+    # neighbour: that joint row is then within 5 % of their summed truth.
     d = reg.loc["data"]
-    assert d["resolved"]
-    assert d["energy_j"] == pytest.approx(d["true_energy_j"], rel=0.05)
+    if d["resolved"]:
+        assert d["energy_j"] == pytest.approx(d["true_energy_j"], rel=0.05)
+    else:
+        assert isinstance(d["note"], str) and d["note"], d
+        joint = [p for p in reg.index if "+" in p and "data" in p.split("+")]
+        assert joint, reg[["resolved", "note"]]
+        j = reg.loc[joint[0]]
+        assert j["resolved"]
+        truth = sum(reg.loc[p, "true_energy_j"] for p in joint[0].split("+"))
+        assert j["energy_j"] == pytest.approx(truth, rel=0.05)
     b = reg.loc["backward"]
     if b["resolved"]:
         assert b["energy_j"] == pytest.approx(b["true_energy_j"], rel=0.03)
