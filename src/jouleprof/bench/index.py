@@ -107,12 +107,20 @@ def cell_row(
 ) -> dict[str, Any]:
     """One runs.csv row: the cell's id, factors, status, error and figure values."""
     cdir = study_dir / CELLS_DIR / cell_id
-    status, error = override or cell_status(cdir)
-    if not error and status == "incomplete":  # why the last attempt ended (killed, cancelled)
+    return _row(cell_id, factors, cdir, study_dir, *(override or cell_status(cdir)))
+
+
+def _row(
+    cell_id: str, factors: Mapping[str, Any], cdir: Path, root: Path, status: str, error: str
+) -> dict[str, Any]:
+    """The row of the run directory `cdir`: id, factors, status, error (for an incomplete run
+    without one: why its last attempt ended, killed or cancelled), its path relative to `root`,
+    then its figures' values (INDEX_FIGURES first)."""
+    if not error and status == "incomplete":
         error = _last_attempt(cdir).get("error", "")
     row: dict[str, Any] = {"cell_id": cell_id}
     row.update({k: v for k, v in factors.items() if k not in _FIXED})
-    row.update(status=status, error=error, run_dir=os.path.relpath(cdir, study_dir))
+    row.update(status=status, error=error, run_dir=os.path.relpath(cdir, root))
     run, _ = read_run_json(cdir)
     values = figure_values(run)
     for k in INDEX_FIGURES:
@@ -239,16 +247,7 @@ def collect_rows(root: Path) -> tuple[list[dict[str, Any]], list[str]]:
             cell = {}
         f = cell.get("factors") if isinstance(cell.get("factors"), dict) else {}
         cid = cell.get("cell_id") or os.path.relpath(d, root)
-        status, why = run_state(d)
-        if not why and status == "incomplete":
-            why = _last_attempt(d).get("error", "")
-        row: dict[str, Any] = {"cell_id": cid, **{k: v for k, v in f.items() if k not in _FIXED}}
-        row.update(status=status, error=why, run_dir=os.path.relpath(d, root))
-        run, _ = read_run_json(d)
-        values = figure_values(run)
-        for k in INDEX_FIGURES:
-            row[k] = values.pop(k, None)
-        row.update({k: v for k, v in values.items() if k not in row})
+        row = _row(cid, f, d, root, *run_state(d))
         rows.append(row)
         factors += [k for k in f if k not in factors]
         seen.add(row["run_dir"])
