@@ -154,6 +154,7 @@ def references(ref_dir: Path, power_limit_w: float | None) -> dict:
     bpath = Path(ref_dir) / "power_buffer.csv"
     buffer = pd.read_csv(bpath) if bpath.is_file() and bpath.stat().st_size else None
     wins = pd.read_csv(Path(ref_dir) / "ref_windows.csv")
+    spans = rd.read_spans() if (Path(ref_dir) / "spans.csv").is_file() else None
     grids = signal_grids(samples, dev)
     e = [
         steady_energy(samples, buffer, dev, r.t0_s, r.t1_s, max(int(r.n), 1), grids)
@@ -172,6 +173,11 @@ def references(ref_dir: Path, power_limit_w: float | None) -> dict:
         a = wins[(wins["kind"] == "alone") & (wins["phase"] == phase)].iloc[0]
         b = wins[(wins["kind"] == "added") & (wins["phase"] == phase)]
         alone_j, alo, ahi = a.e_j / a.n, a.lo_j / a.n, a.hi_j / a.n
+        # The calls' own scatter: a window of n calls prices their mean time, which differs
+        # from the measured steps' mean by its standard error (2 σ added to the bound).
+        se = _time_se_rel(spans, phase, float(a.t0_s), float(a.t1_s))
+        alo = alone_j - float(np.hypot(alone_j - alo, 2 * se * alone_j))
+        ahi = alone_j + float(np.hypot(ahi - alone_j, 2 * se * alone_j))
         alone_ms = 1e3 * (a.t1_s - a.t0_s) / a.n
         added = added_lo = added_hi = None
         k, occ = int(a.occ), int(a.occ)
@@ -229,6 +235,18 @@ def references(ref_dir: Path, power_limit_w: float | None) -> dict:
         "plain_drift_j": drift_j,
         "phases": out,
     }
+
+
+def _time_se_rel(spans, phase: str, t0: float, t1: float) -> float:
+    """The relative standard error of the mean time of `phase`'s calls inside [t0, t1] (from
+    the ref run's spans; 0 where there are none)."""
+    if spans is None:
+        return 0.0
+    s = spans[(spans["phase"] == phase) & (spans["t0_s"] >= t0) & (spans["t1_s"] <= t1)]
+    d = (s["t1_s"] - s["t0_s"]).to_numpy(float)
+    if len(d) < 3 or d.mean() <= 0:
+        return 0.0
+    return float(d.std(ddof=1) / d.mean() / np.sqrt(len(d)))
 
 
 def _plain_halfwidth(plain) -> float:

@@ -110,4 +110,4 @@ def test_target_check():
     bad = ev.target("L", [row("a", 80, True, 6.0, True), row("b", 5, False)], 5.0)
     assert not bad["met"] and "a (80 %)" in bad["fails"] and "b (5 %)" in bad["fails"]
     outside = ev.target("L", [row("a", 30, True, 1.0, False)], 5.0)
-    assert "reference outside" in outside["fails"]
+    assert "outside" in outside["fails"]

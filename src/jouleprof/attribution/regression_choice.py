@@ -34,12 +34,15 @@ BUFFER_WINDOW_EXTENSIONS = 2
 to this many lengths further out (each the same ratio beyond the last): on two of six H200
 runs the longest of the configured lengths (75 ms) fitted best."""
 
-WINDOW_FROM_RESIDUALS = False
+WINDOW_FROM_RESIDUALS = True
 """Where True, how much the buffer window's length is worth to each phase comes from the run's
-own residuals: a neighbouring length's move counts by 1/√Δχ² (its residuals' excess over the
-best length's, in independent blocks of rows), and the window's systematic spread is at most
-what the residuals allow (`window_support`), instead of V-JEPA2's fixed full move and ±25 %.
-Off: benchmarks/results/ref_loops/README.md says what it gave."""
+own residuals where they clearly reject a neighbouring length (Δχ² above WINDOW_CLEAR_CHI2:
+its residuals' excess over the best length's, in independent blocks of rows): that
+neighbour's move then counts by 3/√Δχ², its 3 σ, and the window's systematic spread is at most
+3 σ of the length the residuals allow (`window_support`). Where the residuals are as flat as on
+the H200 V-JEPA2 runs (Δχ² 1-5), nothing changes: the full move and ±25 % stay."""
+WINDOW_CLEAR_CHI2 = 9.0
+"""Δχ² (3 σ²) above which the run's residuals reject a neighbouring buffer-window length."""
 
 BUFFER_ROWS = KIND_NAMES[BUFFER]
 """The power buffer's rows, as the fit's diagnostics name them."""
@@ -87,7 +90,8 @@ def choose_model(fit: Fit, timeline: Timeline, cfg: RegressionConfig) -> DeviceA
         if WINDOW_FROM_RESIDUALS and window.neighbours:
             chi2 = window_support(window, _n_blocks(res))
             sd = max(
-                abs(np.log(sc / window.best)) / np.sqrt(max(c, 1e-12)) for sc, c in chi2.items()
+                abs(np.log(sc / window.best)) * _clear_weight(c) if c > WINDOW_CLEAR_CHI2 else 1.0
+                for sc, c in chi2.items()
             )
             cfg = replace(cfg, buffer_window_rel_sd=float(min(cfg.buffer_window_rel_sd, sd)))
             window.cfg = cfg
@@ -294,6 +298,11 @@ def _point(p) -> float | None:
     return p.energy_j if p.energy_j is not None else p.estimate_j
 
 
+def _clear_weight(chi2: float) -> float:
+    """A neighbour's share of its move: 1, or 3/√Δχ² where the residuals clearly reject it."""
+    return 1.0 if chi2 <= WINDOW_CLEAR_CHI2 else float(3.0 / np.sqrt(chi2))
+
+
 def _n_blocks(res: DeviceAttribution) -> float:
     """Independent blocks of rows in a fit: its analysed time over the bootstrap's block."""
     block_s = res.diagnostics.get("block_s") or 1.5
@@ -309,7 +318,7 @@ def _widen_by_buffer_window(chosen: DeviceAttribution, search: _WindowSearch) ->
     weight = {sc: 1.0 for sc in neighbours}
     if WINDOW_FROM_RESIDUALS:
         chi2 = window_support(search, _n_blocks(chosen))
-        weight = {sc: min(1.0, 1.0 / np.sqrt(max(c, 1e-12))) for sc, c in chi2.items()}
+        weight = {sc: _clear_weight(c) for sc, c in chi2.items()}
     moved: dict[str, float] = {}
     for p in chosen.phases:
         e = _point(p)  # an unresolved phase's move too (how many steps it needs: steps_needed)
