@@ -48,10 +48,17 @@ def _sizes(run: Path) -> dict[str, int | None]:
     return out
 
 
-def attribute_one(run: str, method: str) -> dict:
-    """Attribute `run` by `method` in this process; the timings and the result (JSON-able)."""
+def attribute_one(run: str, method: str, unpin_blas: bool = False) -> dict:
+    """Attribute `run` by `method` in this process; the timings and the result (JSON-able).
+    `unpin_blas`: the fits run on BLAS's default thread pool instead of one thread (what the
+    pin in `regression._one_blas_thread` saves)."""
+    import contextlib
     import resource
 
+    if unpin_blas:
+        import jouleprof.attribution.regression as regression
+
+        regression._one_blas_thread = contextlib.nullcontext
     from jouleprof.attribution import attribute
     from jouleprof.attribution.stages import recording
 
@@ -80,8 +87,8 @@ def attribute_one(run: str, method: str) -> dict:
     }
 
 
-def _child(run: str, method: str) -> None:
-    doc = attribute_one(run, method)
+def _child(run: str, method: str, unpin_blas: bool = False) -> None:
+    doc = attribute_one(run, method, unpin_blas)
     sys.stdout.write(json.dumps(doc, default=str))
 
 
@@ -150,6 +157,11 @@ def main(argv: list[str] | None = None) -> None:
         help="the jouleprof source tree to time (default: this checkout's src; another "
         "version's, e.g. a git worktree's, for a before/after on the same machine)",
     )
+    ap.add_argument(
+        "--unpin-blas",
+        action="store_true",
+        help="let the fits use BLAS's default thread pool (to see what pinning it saves)",
+    )
     ap.add_argument("--child", nargs=2, metavar=("RUN", "METHOD"), help=argparse.SUPPRESS)
     ap.add_argument(
         "--compare",
@@ -159,7 +171,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     a = ap.parse_args(argv)
     if a.child:
-        _child(*a.child)
+        _child(*a.child, unpin_blas=a.unpin_blas)
         return
     if a.compare:
         ok = True
@@ -182,6 +194,7 @@ def main(argv: list[str] | None = None) -> None:
     (a.out / "results").mkdir(exist_ok=True)
     meta = _meta(argv)
     meta["src"] = str(a.src)
+    meta["blas_pinned_in_fits"] = not a.unpin_blas
     (a.out / "meta.json").write_text(json.dumps(meta, indent=2))
     env = {
         **os.environ,
@@ -199,7 +212,8 @@ def main(argv: list[str] | None = None) -> None:
                 continue
             try:
                 cp = subprocess.run(
-                    [sys.executable, __file__, "--out", str(a.out), "--child", str(run), a.method],
+                    [sys.executable, __file__, "--out", str(a.out), "--child", str(run), a.method]
+                    + (["--unpin-blas"] if a.unpin_blas else []),
                     capture_output=True,
                     text=True,
                     env=env,
