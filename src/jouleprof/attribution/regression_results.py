@@ -169,9 +169,11 @@ field averages ~25 ms, so a short phase can peak above it) before the fit is cal
 unphysical."""
 
 
-def _power_ceiling_w(dev, timeline: Timeline) -> float | None:
+def _power_ceiling_w(dev, timeline: Timeline, buffer=None) -> float | None:
     """The most power any phase could draw: the highest power reading of the analysed
-    region, times CEILING_MARGIN; None when no power field was read."""
+    region, times CEILING_MARGIN; None when no power field was read. `buffer` (the device's
+    power-buffer samples, ~20 ms each) counts too: an H200 draws above its limit for tens of
+    milliseconds, and the buffer sees more of such a burst than the instant field does."""
     t0, t1 = timeline.region_s
     inside = dev[(dev["t_s"] >= t0) & (dev["t_s"] <= t1)]
     peaks = [
@@ -179,6 +181,10 @@ def _power_ceiling_w(dev, timeline: Timeline) -> float | None:
         for c in ("power_instant_w", "power_w")
         if c in inside.columns and inside[c].notna().any()
     ]
+    if buffer is not None and len(buffer):
+        b = buffer[(buffer["t_s"] >= t0) & (buffer["t_s"] <= t1)]["power_w"]
+        if b.notna().any():
+            peaks.append(float(b.max()))
     return CEILING_MARGIN * max(peaks) if peaks else None
 
 
