@@ -88,9 +88,10 @@ def plan_text(need: StepsNeeded, target_rel: float, step_time_s: float | None) -
     )
     if need.steps_needed is None:
         return head + (
-            f"is out of reach by more steps alone while other bin or buffer-window lengths "
-            f"move it {pct_text(100 * need.fixed_rel)}% (that move is partly noise and may "
-            "shrink; otherwise the sensor or the long phases beside it need a finer model)"
+            f"is out of reach by more steps alone while the sensor model's spread and other "
+            f"bin or buffer-window lengths account for ±{pct_text(100 * need.fixed_rel)}% (that "
+            "part is partly noise and may shrink; otherwise the sensor or the long phases "
+            "beside it need a finer model, or excitation: docs/excitation.md)"
         )
     time = ""
     if step_time_s:
