@@ -48,12 +48,22 @@ def _sizes(run: Path) -> dict[str, int | None]:
     return out
 
 
-def attribute_one(run: str, method: str, unpin_blas: bool = False) -> dict:
+def attribute_one(run: str, method: str, unpin_blas: bool = False, serial: bool = False) -> dict:
     """Attribute `run` by `method` in this process; the timings and the result (JSON-able).
     `unpin_blas`: the fits run on BLAS's default thread pool instead of one thread (what the
-    pin in `regression._one_blas_thread` saves)."""
+    pin in `regression._one_blas_thread` saves). `serial`: every fit in this process (no
+    worker pool for the model choice's independent fits, `attribution.parallel`). cpu_s counts
+    this process and its finished workers (workers_cpu_s)."""
     import contextlib
     import resource
+
+    if serial:
+        try:
+            import jouleprof.attribution.parallel as parallel
+
+            parallel.PARALLEL = False
+        except ImportError:  # a version from before the pool
+            pass
 
     if unpin_blas:
         import jouleprof.attribution.regression as regression
@@ -63,10 +73,11 @@ def attribute_one(run: str, method: str, unpin_blas: bool = False) -> dict:
     from jouleprof.attribution.stages import recording
 
     stages_seen: list[str] = []
-    w0, c0 = time.perf_counter(), time.process_time()
+    w0, c0, k0 = time.perf_counter(), time.process_time(), _children_cpu_s()
     with recording() as times:
         res = attribute(run, method, progress=stages_seen.append)
     wall, cpu = time.perf_counter() - w0, time.process_time() - c0
+    workers_cpu = _children_cpu_s() - k0
     totals = times.totals()
     counts: dict[str, int] = {}
     for path, _, _ in times.rows:
@@ -74,7 +85,8 @@ def attribute_one(run: str, method: str, unpin_blas: bool = False) -> dict:
     phases = [p for d in res.devices for p in d.phases]
     return {
         "wall_s": wall,
-        "cpu_s": cpu,
+        "cpu_s": cpu + workers_cpu,
+        "workers_cpu_s": workers_cpu,
         "maxrss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "n_phases": len(phases),
         "n_resolved": sum(p.resolved for p in phases),
@@ -87,8 +99,14 @@ def attribute_one(run: str, method: str, unpin_blas: bool = False) -> dict:
     }
 
 
-def _child(run: str, method: str, unpin_blas: bool = False) -> None:
-    doc = attribute_one(run, method, unpin_blas)
+def _children_cpu_s() -> float:
+    """CPU seconds of this process's finished (waited-for) children."""
+    t = os.times()
+    return t.children_user + t.children_system
+
+
+def _child(run: str, method: str, unpin_blas: bool = False, serial: bool = False) -> None:
+    doc = attribute_one(run, method, unpin_blas, serial)
     sys.stdout.write(json.dumps(doc, default=str))
 
 
@@ -162,6 +180,11 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="let the fits use BLAS's default thread pool (to see what pinning it saves)",
     )
+    ap.add_argument(
+        "--serial",
+        action="store_true",
+        help="every fit in the attributing process (no worker pool for the independent fits)",
+    )
     ap.add_argument("--child", nargs=2, metavar=("RUN", "METHOD"), help=argparse.SUPPRESS)
     ap.add_argument(
         "--compare",
@@ -171,7 +194,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     a = ap.parse_args(argv)
     if a.child:
-        _child(*a.child, unpin_blas=a.unpin_blas)
+        _child(*a.child, unpin_blas=a.unpin_blas, serial=a.serial)
         return
     if a.compare:
         ok = True
@@ -195,6 +218,7 @@ def main(argv: list[str] | None = None) -> None:
     meta = _meta(argv)
     meta["src"] = str(a.src)
     meta["blas_pinned_in_fits"] = not a.unpin_blas
+    meta["fits_pool"] = "off (--serial)" if a.serial else "where it pays (attribution.parallel)"
     (a.out / "meta.json").write_text(json.dumps(meta, indent=2))
     env = {
         **os.environ,
@@ -213,7 +237,8 @@ def main(argv: list[str] | None = None) -> None:
             try:
                 cp = subprocess.run(
                     [sys.executable, __file__, "--out", str(a.out), "--child", str(run), a.method]
-                    + (["--unpin-blas"] if a.unpin_blas else []),
+                    + (["--unpin-blas"] if a.unpin_blas else [])
+                    + (["--serial"] if a.serial else []),
                     capture_output=True,
                     text=True,
                     env=env,
@@ -228,7 +253,17 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"{run.name}: {row['error']}", file=sys.stderr)
                 continue
             row.update(
-                {k: doc[k] for k in ("wall_s", "cpu_s", "maxrss_mib", "n_phases", "n_resolved")}
+                {
+                    k: doc.get(k)
+                    for k in (
+                        "wall_s",
+                        "cpu_s",
+                        "workers_cpu_s",
+                        "maxrss_mib",
+                        "n_phases",
+                        "n_resolved",
+                    )
+                }
             )
             run_rows.append(row)
             for s in doc["stages"]:

@@ -85,6 +85,7 @@ from jouleprof.attribution.bootstrap import block_bootstrap, residual_block_s
 from jouleprof.attribution.common import EXCLUDED, Timeline
 from jouleprof.attribution.grid import JitterGrid, device_grids, with_power_pieces
 from jouleprof.attribution.kernels import counter_delays
+from jouleprof.attribution.parallel import PrefetchingFit
 from jouleprof.attribution.placement import (
     NO_DELAY,
     PARAMS,
@@ -394,7 +395,10 @@ def attribute_regression(
             grids, grid_notes, pieces = with_power_pieces(dev, grids, grid_notes, cfg.power_piece_s)
     found = _Grids(dev, grids, grid_notes, buf, pieces)
     with stage(f"{device}: regression"), _one_blas_thread():
-        return choose_model(lambda c: _attribute(found, timeline, device, c), timeline, cfg)
+        fit = PrefetchingFit(
+            lambda c: _attribute(found, timeline, device, c), found.passes, len(dev)
+        )
+        return choose_model(fit, timeline, cfg)
 
 
 def _one_blas_thread():

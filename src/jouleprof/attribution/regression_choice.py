@@ -23,6 +23,7 @@ import numpy as np
 
 from jouleprof.attribution.bins import bin_counts
 from jouleprof.attribution.common import Timeline
+from jouleprof.attribution.parallel import discard, prefetch
 from jouleprof.attribution.regression_config import RegressionConfig
 from jouleprof.attribution.result import DeviceAttribution, pct_text, unresolved
 from jouleprof.attribution.rows import BUFFER, KIND_NAMES
@@ -76,6 +77,8 @@ def choose_model(fit: Fit, timeline: Timeline, cfg: RegressionConfig) -> DeviceA
     if bins is None and not bin_counts(timeline, cfg.bin_s):
         bins = False  # no phase long enough to cut
     first = replace(cfg, bins=bool(bins))
+    if cfg.stall_model is None:  # both models at once where a pool pays (`parallel`)
+        prefetch(fit, [replace(first, stall_model=s, intervals=False) for s in (False, True)])
     with stage("choose the stall model" if cfg.stall_model is None else "fit"):
         res = _auto_stall(point, first) if cfg.stall_model is None else point(first)
     if bins is None:
@@ -84,6 +87,9 @@ def choose_model(fit: Fit, timeline: Timeline, cfg: RegressionConfig) -> DeviceA
     cfg = replace(cfg, bins=bool(res.diagnostics.get("bins")), stall_model=_uses_stall(res))
     window = None
     if BUFFER_ROWS in res.diagnostics.get("rows", {}) and cfg.buffer_window_scales:
+        scales = sorted(set(cfg.buffer_window_scales) - {1.0})
+        scaled = [replace(cfg, buffer_window_s=s * cfg.buffer_window_s) for s in scales]
+        prefetch(fit, [replace(c, intervals=False) for c in scaled])  # at once (`parallel`)
         with stage("choose the buffer window"):
             window = _search_buffer_window(point, cfg, res)
         cfg = window.cfg
@@ -95,6 +101,8 @@ def choose_model(fit: Fit, timeline: Timeline, cfg: RegressionConfig) -> DeviceA
             )
             cfg = replace(cfg, buffer_window_rel_sd=float(min(cfg.buffer_window_rel_sd, sd)))
             window.cfg = cfg
+    if cfg.intervals and cfg.bins and cfg.bin_resolution_check:  # beside the bin-length check
+        prefetch(fit, [cfg, replace(cfg, bin_s=2 * cfg.bin_s, intervals=False)])
     with stage("fit the chosen model"):
         final = fit(cfg) if cfg.intervals else res
     if final is not res:
@@ -119,6 +127,7 @@ def choose_model(fit: Fit, timeline: Timeline, cfg: RegressionConfig) -> DeviceA
     if final.diagnostics.get("bins") and cfg.bin_resolution_check:
         with stage("check the bin length"):
             final = _widen_by_bin_length(point, cfg, final)
+    discard(fit)
     return final
 
 

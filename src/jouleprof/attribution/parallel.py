@@ -1,0 +1,147 @@
+"""The model choice's independent fits in parallel processes, where that pays.
+
+`regression_choice.choose_model` fits one run several times, and some of those fits do not
+depend on each other: the plain and the stall model, the buffer windows' lengths, the chosen
+model with its intervals beside the bin-length check's coarser bins. `PrefetchingFit` wraps
+the regression's fit function; `prefetch(fit, cfgs)` fits those configs at once in forked
+worker processes (one per usable core, BLAS on one thread in each), and the choice's own code
+then asks for them one by one, in its own order, exactly as without the pool: a prefetched
+fit is handed back (or its AttributionError raised) at that call. The choices, their order,
+their tie-breaks and every note are therefore those of the serial code; a fit is the same
+deterministic computation in a worker as in the parent, so the results are identical.
+
+A worker also carries back the passes its fit placed (the rows and the placement), so that
+the chosen model's fit with intervals reuses them as it does without the pool.
+
+The pool is used only where it pays: at least two configs, at least two usable cores
+(`os.sched_getaffinity`), the fork start method (workers inherit the run's grids without
+copying them), not inside a daemonic worker, and a run of at least MIN_SAMPLES samples of
+the device (below, forking and carrying results back cost more than a fit: on a simulated
+20 s run a fit takes ~0.1 s). `PARALLEL` forces it on or off.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import replace
+
+from jouleprof.attribution.stages import stage
+from jouleprof.errors import AttributionError
+
+PARALLEL: bool | None = None
+"""None: the pool where it pays (module docstring); True: wherever two configs and the fork
+start method allow it (tests); False: never."""
+
+MIN_SAMPLES = 4000
+"""The device's samples below which the fits stay in this process (`PrefetchingFit.size`)."""
+
+_JOB: PrefetchingFit | None = None
+"""The fit the forked workers run (set just before the pool forks)."""
+
+
+class PrefetchingFit:
+    """A fit function (`regression_choice.Fit`) that hands back prefetched fits first."""
+
+    def __init__(self, fit: Callable, passes: dict | None = None, size: int = 0):
+        """`fit`: config → DeviceAttribution. `passes`: the fit's own cache of placed passes,
+        keyed by the config with intervals=True (`regression._Grids.passes`), filled from the
+        workers. `size`: the device's samples (whether the pool pays)."""
+        self.fit, self.passes, self.size = fit, passes, size
+        self.ready: dict = {}
+
+    def __call__(self, cfg):
+        if cfg in self.ready:
+            ok, value = self.ready.pop(cfg)
+            if not ok:
+                raise value
+            return value
+        return self.fit(cfg)
+
+    def _carry(self, cfg) -> tuple:
+        """The fit of `cfg` in a worker: (ok, result or error, its passes or None)."""
+        try:
+            res = self.fit(cfg)
+        except AttributionError as e:
+            return False, e, None
+        key = replace(cfg, intervals=True)
+        return True, res, (self.passes or {}).get(key)
+
+
+def workers(n_cfgs: int, size: int) -> int:
+    """How many worker processes fit `n_cfgs` configs of a run of `size` samples (0: none)."""
+    if PARALLEL is False or n_cfgs < 2 or "fork" not in mp.get_all_start_methods():
+        return 0
+    if mp.current_process().daemon:
+        return 0
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    if PARALLEL is None and (size < MIN_SAMPLES or (cores or 1) < 2):
+        return 0
+    return max(2, min(n_cfgs, cores or 1)) if PARALLEL else min(n_cfgs, cores or 1)
+
+
+def prefetch(fit, cfgs: Iterable) -> None:
+    """Fit `cfgs` at once in worker processes where that pays (`workers`), for `fit`'s later
+    calls; nothing where `fit` is not a PrefetchingFit or the pool does not pay."""
+    if not isinstance(fit, PrefetchingFit):
+        return
+    todo = [c for c in dict.fromkeys(cfgs) if c not in fit.ready]
+    n = workers(len(todo), fit.size)
+    if n < 2:
+        return
+    with stage(f"{len(todo)} fits in {n} processes"):
+        _fit_in_pool(fit, todo, n)
+
+
+def _fit_in_pool(fit: PrefetchingFit, todo: list, n: int) -> None:
+    """`prefetch`'s pool: `todo` fitted in `n` forked workers, into fit.ready."""
+    global _JOB
+    _JOB = fit
+    try:
+        try:
+            pool = mp.get_context("fork").Pool(n, initializer=_one_blas_thread)
+        except OSError:
+            return  # no processes to be had: the fits run in this process, as without a pool
+        try:
+            outcomes = pool.map(_run, todo, chunksize=1)
+            pool.close()
+        finally:
+            pool.terminate()
+            pool.join()
+    finally:
+        _JOB = None
+    for cfg, (ok, value, passes) in zip(todo, outcomes, strict=True):
+        fit.ready[cfg] = (ok, value)
+        if passes is not None and fit.passes is not None:
+            fit.passes.setdefault(replace(cfg, intervals=True), passes)
+
+
+def discard(fit) -> None:
+    """Forget prefetched fits nobody asked for."""
+    if isinstance(fit, PrefetchingFit):
+        fit.ready.clear()
+
+
+_LIMIT = None
+
+
+def _one_blas_thread() -> None:
+    """Worker start: BLAS on one thread (as the regression's fits are in the parent); progress
+    reports stay with the parent."""
+    global _LIMIT
+    from threadpoolctl import threadpool_limits
+
+    from jouleprof.attribution.stages import _progress, _times
+
+    _LIMIT = threadpool_limits(limits=1, user_api="blas")
+    _progress.set(None)
+    _times.set(None)
+
+
+def _run(cfg):
+    assert _JOB is not None
+    return _JOB._carry(cfg)
+
+
+__all__ = ["MIN_SAMPLES", "PARALLEL", "PrefetchingFit", "discard", "prefetch", "workers"]

@@ -1,0 +1,73 @@
+"""The model choice's independent fits in worker processes (`attribution.parallel`) give the
+same attribution as in one process, bit for bit.
+
+A simulated run with a power buffer, its phases cut into bins and the stall model left to the
+choice: the pool (forced on, it is skipped on runs this small) fits the plain and the stall
+model at once, the buffer windows' lengths at once, and the chosen model with its intervals
+beside the bin-length check's coarser bins.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+from dataclasses import asdict
+
+import pandas as pd
+import pytest
+from test_attribution_buffer import PHASES, simulated_buffer
+
+from jouleprof.attribution import attribute, parallel
+from jouleprof.sensors.simulated_workload import simulate_training
+
+_FIT_IN_POOL = parallel._fit_in_pool
+
+pytestmark = pytest.mark.skipif(
+    "fork" not in mp.get_all_start_methods(), reason="the pool needs the fork start method"
+)
+
+
+@pytest.fixture(scope="module")
+def buffer_run(tmp_path_factory):
+    d = tmp_path_factory.mktemp("parallel_run")
+    run = simulate_training(PHASES, 60, seed=3, span_noise_s=20e-6)
+    run.samples_frame().to_csv(d / "samples.csv", index=False)
+    pd.DataFrame([asdict(x) for x in run.spans]).to_csv(d / "spans.csv", index=False)
+    simulated_buffer(run).to_csv(d / "power_buffer.csv", index=False)
+    return d
+
+
+def _attribute(d, monkeypatch, forced: bool) -> tuple[dict, list[int]]:
+    """The attribution's JSON with the pool forced on or off, and each pool's number of fits."""
+    pools: list[int] = []
+
+    def counted(fit, todo, n):
+        pools.append(len(todo))
+        _FIT_IN_POOL(fit, todo, n)
+
+    monkeypatch.setattr(parallel, "_fit_in_pool", counted)
+    monkeypatch.setattr(parallel, "PARALLEL", forced)
+    res = attribute(d, "regression", None, 0, bins=True, use_buffer=True)
+    return json.loads(json.dumps(res.to_json(), default=str)), pools
+
+
+def test_the_pool_gives_the_serial_result(buffer_run, monkeypatch):
+    serial, none = _attribute(buffer_run, monkeypatch, False)
+    pooled, pools = _attribute(buffer_run, monkeypatch, True)
+    assert none == []
+    # stall or plain; the three other buffer windows; the chosen model beside the check
+    assert pools == [2, 3, 2]
+    assert pooled == serial
+    dev = pooled["devices"][0]
+    assert any(p["resolved"] for p in dev["phases"])
+    assert any(n.startswith("buffer window: ") for n in dev["notes"])
+
+
+def test_the_pool_is_skipped_where_it_does_not_pay(monkeypatch):
+    monkeypatch.setattr(parallel, "PARALLEL", None)
+    assert parallel.workers(3, parallel.MIN_SAMPLES - 1) == 0  # a small run
+    assert parallel.workers(1, 10 * parallel.MIN_SAMPLES) == 0  # one fit
+    monkeypatch.setattr(parallel, "PARALLEL", False)
+    assert parallel.workers(3, 10 * parallel.MIN_SAMPLES) == 0
+    monkeypatch.setattr(parallel, "PARALLEL", True)
+    assert parallel.workers(3, 10) >= 2
