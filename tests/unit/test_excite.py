@@ -94,7 +94,7 @@ def test_excitation_resolves_a_phase_a_fixed_schedule_leaves_unresolved(tmp_path
     """The simulated user4 loop (GEMM 29 ms at 850 W, copy 15 ms, spin 6 ms at 160 W, tiny
     1 ms), attributed with the buffer window's worth fixed as tuned on V-JEPA2
     (WINDOW_FROM_RESIDUALS off: with it on, the run's residuals resolve the spin either way,
-    benchmarks/results/ref_loops): on its fixed schedule the spin stays unresolved over 20 s;
+    benchmarks/results/ref_loops): on its fixed schedule the spin stays unresolved over 15 s;
     the same loop with 30 % of its steps excited (sync gaps of 0.5-5 ms) resolves it, near its
     truth, and reports what the gaps cost."""
     import jouleprof.attribution.regression_choice as rc
@@ -107,9 +107,9 @@ def test_excitation_resolves_a_phase_a_fixed_schedule_leaves_unresolved(tmp_path
     sim = _sim()
     loop = sim.SIM_LOOPS["user4"]
     plain_dir, excited_dir = tmp_path / "plain", tmp_path / "excited"
-    sim.write_fine(loop, plain_dir, 20.0, seed=1)
-    cfg = ExciteConfig(fraction=0.3, window_s=20.0, seed=1)
-    sim.write_fine(loop, excited_dir, 20.0, seed=1, excite=cfg)
+    sim.write_fine(loop, plain_dir, 15.0, seed=1)
+    cfg = ExciteConfig(fraction=0.3, window_s=15.0, seed=1)
+    sim.write_fine(loop, excited_dir, 15.0, seed=1, excite=cfg)
     plain = attribute(plain_dir, "regression").devices[0]
     excited = attribute(excited_dir, "regression").devices[0]
     assert not plain.phase("spin").resolved
