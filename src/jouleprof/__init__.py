@@ -14,11 +14,12 @@ __version__ = "0.1.0"
 # class of the same name as an attribute of the package.
 from jouleprof.profile import profile  # noqa: E402
 
-__all__ = ["__version__", "profile", "measure", "Sampler", "PhaseRecorder"]
+__all__ = ["__version__", "profile", "measure", "Sampler", "PhaseRecorder", "ExciteConfig"]
 
 if TYPE_CHECKING:  # pragma: no cover
     from jouleprof.measurement import measure
     from jouleprof.sensors.sampler import Sampler
+    from jouleprof.timeline.excite import ExciteConfig
     from jouleprof.timeline.recorder import PhaseRecorder
 
 
@@ -36,4 +37,8 @@ def __getattr__(name: str) -> Any:
         from jouleprof.timeline.recorder import PhaseRecorder
 
         return PhaseRecorder
+    if name == "ExciteConfig":
+        from jouleprof.timeline.excite import ExciteConfig
+
+        return ExciteConfig
     raise AttributeError(f"module 'jouleprof' has no attribute {name!r}")

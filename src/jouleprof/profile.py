@@ -43,6 +43,21 @@ log = logging.getLogger(__name__)
 METHODS = ("regression", "proportional")
 
 
+def _excite_config(excite: Any) -> Any:
+    """`profile(excite=...)` as an ExciteConfig or None (True: the defaults)."""
+    if excite is None or excite is False:
+        return None
+    from jouleprof.timeline.excite import ExciteConfig
+
+    if excite is True:
+        return ExciteConfig()
+    if not isinstance(excite, ExciteConfig):
+        raise ValueError(
+            f"excite must be None, True or a jouleprof.ExciteConfig, got {type(excite).__name__}"
+        )
+    return excite
+
+
 class profile:  # noqa: N801 - used as `with jouleprof.profile(...)`, like a function
     """Measure, record phases, attribute and print, around a `with` block.
 
@@ -60,6 +75,9 @@ class profile:  # noqa: N801 - used as `with jouleprof.profile(...)`, like a fun
         sync: time phases by synchronizing the device at every boundary (the classic, slower
             method, for comparison) instead of CUDA events.
         device: the CUDA device the phases run on (None: the current one, else host times).
+        excite: opt-in excitation: an `ExciteConfig` (or True for its defaults) puts short
+            random gaps between the phases of some steps in a calibration window, so that
+            phases of a fixed schedule become separable (docs/excitation.md). None: off.
 
     After the block: `prof.run_dir` (Path), `prof.phases` (the phases table, a DataFrame, or
     None), `prof.method` (which method made it), `prof.summary` (the run's figures),
@@ -79,6 +97,7 @@ class profile:  # noqa: N801 - used as `with jouleprof.profile(...)`, like a fun
         simulate: bool | None = None,
         sync: bool = False,
         device: Any = None,
+        excite: Any = None,
     ) -> None:
         if warmup_steps is not None and warmup_steps < 0:
             raise ValueError(f"warmup_steps must be ≥ 0 or None, got {warmup_steps}")
@@ -94,6 +113,7 @@ class profile:  # noqa: N801 - used as `with jouleprof.profile(...)`, like a fun
         self.simulate = simulate
         self.sync = sync
         self.device = device
+        self.excite = _excite_config(excite)
         self.measurement: Any = None
         self.recorder: Any = None
         self.run_dir: Path | None = None
@@ -134,13 +154,22 @@ class profile:  # noqa: N801 - used as `with jouleprof.profile(...)`, like a fun
             kind="profile",
             power_buffer=self.power_buffer,
         )
-        self._cm = measure(self.out, cfg, run_config={"profile": {"sync": self.sync}})
+        self._cm = measure(
+            self.out,
+            cfg,
+            run_config={"profile": {"sync": self.sync, "excite": self.excite is not None}},
+        )
         m = self._cm.__enter__()
         self.measurement = m
         self.run_dir = m.run_dir.path
         try:
             self.recorder = PhaseRecorder(
-                m.clock, m.span_writer(), device=self.device, sync=self.sync, record=m.record
+                m.clock,
+                m.span_writer(),
+                device=self.device,
+                sync=self.sync,
+                record=m.record,
+                excite=self.excite,
             )
         except BaseException as e:
             self._cm.__exit__(type(e), e, e.__traceback__)

@@ -118,3 +118,19 @@ def test_measured_runs_take_the_regression_and_write_each_methods_file(tmp_path)
     got = pd.read_csv(rd.path / "phases.csv").set_index("phase")
     assert got.loc["backward", "energy_j"] == pytest.approx(truth["backward"], rel=0.02)
     assert rd.read_record().extra["attribution"]["proportional"]["ok"]
+
+
+def test_excite_puts_recorded_gaps_in_some_steps_and_bad_values_are_refused(tmp_path):
+    out = tmp_path / "excited"
+    cfg = jouleprof.ExciteConfig(fraction=0.5, window_s=60.0, boundary_prob=1.0, seed=1)
+    with jouleprof.profile(out, report=False, attribute=False, excite=cfg) as prof:
+        _loop(prof, 12)
+    rec = json.loads((out / "run.json").read_text())
+    assert rec["config"]["profile"]["excite"] is True
+    excited = rec["extra"]["excite"]
+    spans = pd.read_csv(out / "spans.csv")
+    gaps = spans[spans["phase"] == "excite_gap"]
+    assert 0 < gaps["step"].nunique() < 12  # some steps, not all
+    assert sorted(excited["excited_steps"]) == sorted(gaps["step"].unique())  # said in run.json
+    with pytest.raises(ValueError, match="excite"):
+        jouleprof.profile(tmp_path / "bad", excite="yes")
