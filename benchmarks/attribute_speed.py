@@ -48,20 +48,23 @@ def _sizes(run: Path) -> dict[str, int | None]:
     return out
 
 
-def attribute_one(run: str, method: str, unpin_blas: bool = False, serial: bool = False) -> dict:
+def attribute_one(
+    run: str, method: str, unpin_blas: bool = False, serial: bool = False, pool: bool = False
+) -> dict:
     """Attribute `run` by `method` in this process; the timings and the result (JSON-able).
     `unpin_blas`: the fits run on BLAS's default thread pool instead of one thread (what the
     pin in `regression._one_blas_thread` saves). `serial`: every fit in this process (no
-    worker pool for the model choice's independent fits, `attribution.parallel`). cpu_s counts
-    this process and its finished workers (workers_cpu_s)."""
+    worker pool for the model choice's independent fits, `attribution.parallel`); `pool`: the
+    pool wherever it can run, whatever the load. cpu_s counts this process and its finished
+    workers (workers_cpu_s)."""
     import contextlib
     import resource
 
-    if serial:
+    if serial or pool:
         try:
             import jouleprof.attribution.parallel as parallel
 
-            parallel.PARALLEL = False
+            parallel.PARALLEL = not serial
         except ImportError:  # a version from before the pool
             pass
 
@@ -105,8 +108,8 @@ def _children_cpu_s() -> float:
     return t.children_user + t.children_system
 
 
-def _child(run: str, method: str, unpin_blas: bool = False, serial: bool = False) -> None:
-    doc = attribute_one(run, method, unpin_blas, serial)
+def _child(run: str, method: str, unpin_blas: bool, serial: bool, pool: bool) -> None:
+    doc = attribute_one(run, method, unpin_blas, serial, pool)
     sys.stdout.write(json.dumps(doc, default=str))
 
 
@@ -185,6 +188,11 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="every fit in the attributing process (no worker pool for the independent fits)",
     )
+    ap.add_argument(
+        "--pool",
+        action="store_true",
+        help="the worker pool for the independent fits whatever the machine's load",
+    )
     ap.add_argument("--child", nargs=2, metavar=("RUN", "METHOD"), help=argparse.SUPPRESS)
     ap.add_argument(
         "--compare",
@@ -194,7 +202,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     a = ap.parse_args(argv)
     if a.child:
-        _child(*a.child, unpin_blas=a.unpin_blas, serial=a.serial)
+        _child(*a.child, a.unpin_blas, a.serial, a.pool)
         return
     if a.compare:
         ok = True
@@ -218,7 +226,13 @@ def main(argv: list[str] | None = None) -> None:
     meta = _meta(argv)
     meta["src"] = str(a.src)
     meta["blas_pinned_in_fits"] = not a.unpin_blas
-    meta["fits_pool"] = "off (--serial)" if a.serial else "where it pays (attribution.parallel)"
+    meta["fits_pool"] = (
+        "off (--serial)"
+        if a.serial
+        else "on (--pool)"
+        if a.pool
+        else "where it pays (attribution.parallel)"
+    )
     (a.out / "meta.json").write_text(json.dumps(meta, indent=2))
     env = {
         **os.environ,
@@ -238,7 +252,8 @@ def main(argv: list[str] | None = None) -> None:
                 cp = subprocess.run(
                     [sys.executable, __file__, "--out", str(a.out), "--child", str(run), a.method]
                     + (["--unpin-blas"] if a.unpin_blas else [])
-                    + (["--serial"] if a.serial else []),
+                    + (["--serial"] if a.serial else [])
+                    + (["--pool"] if a.pool else []),
                     capture_output=True,
                     text=True,
                     env=env,
