@@ -56,15 +56,20 @@ def test_regression_json_and_phases_csv(tmp_path, sim):
     r = run("attribute", str(d), "--method", "regression", "--json", "--target-pct", "1")
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
-    # Every phase wider than ±1 % gets the steps ±1 % would need: more than it has, by the
-    # square of the ratio of half-widths (no bins here: no fixed part).
+    # Every phase wider than ±1 % gets the steps ±1 % would need. Its half-width has a noise
+    # part ν, which falls as 1/√steps, and a fixed part φ (the sensor model's spread), which
+    # does not: ±1 % takes n·ν²/(0.01² − φ²) steps, and never comes where φ ≥ 1 %.
     needs = {n["phase"]: n for n in doc["steps_needed"]["phases"]}
     wide = {p["phase"]: p for p in doc["devices"][0]["phases"] if p["rel_halfwidth"] > 0.01}
     assert set(needs) == set(wide) and needs
     for name, n in needs.items():
-        assert n["fixed_rel"] == 0 and n["n_steps"] == 319
-        want = 319 * (wide[name]["rel_halfwidth"] / 0.01) ** 2
-        assert n["steps_needed"] == pytest.approx(want, rel=1e-6, abs=1)
+        rel, fixed = wide[name]["rel_halfwidth"], n["fixed_rel"]
+        assert n["n_steps"] == 319 and 0 <= fixed <= rel
+        if fixed >= 0.01:
+            assert n["steps_needed"] is None
+        else:
+            want = 319 * (rel**2 - fixed**2) / (0.01**2 - fixed**2)
+            assert n["steps_needed"] == pytest.approx(max(want, 320), rel=1e-3, abs=1)
     assert doc["method"] == "regression" and doc["total"] is None
     (dev,) = doc["devices"]
     assert dev["device"] == "gpu0" and dev["warmup_steps"] == 1 and dev["n_steps"] == 319
