@@ -149,7 +149,47 @@ def _inconsistency(
     """For each candidate offset: how many read gaps disagree with a grid at that offset.
 
     A gap (t0, t1] that saw the value change must hold a grid instant; one that did not, none.
+
+    `offsets` ascending within [0, period): each read's grid index floor((t - offset) / period)
+    is then, offset by offset, its value at the first offset or one less from some offset on
+    (rounding keeps it non-increasing), so each gap's verdict changes at most twice along the
+    offsets. Those offsets are found by bisection with the same floating-point expression, and
+    the counts summed from them: the same integers as the dense (offsets × gaps) table
+    (`_inconsistency_dense`, used where the premise does not hold) in O(gaps × log offsets).
     """
+    offsets = np.asarray(offsets, dtype=float)
+    m = len(offsets)
+    if m < 2 or len(t0) == 0 or np.any(np.diff(offsets) <= 0):
+        return _inconsistency_dense(t0, t1, changed, period, offsets)
+
+    def index(t, i):
+        return np.floor((t - offsets[i]) / period)
+
+    def first_drop(t):
+        """Each read's grid index at the first offset, and the first offset below it (m: none)."""
+        k = index(t, 0)
+        lo, hi = np.zeros(len(t), dtype=np.int64), np.full(len(t), m, dtype=np.int64)
+        while np.any(hi - lo > 1):
+            mid = (lo + hi) // 2
+            same = index(t, np.minimum(mid, m - 1)) == k
+            lo, hi = np.where(same, mid, lo), np.where(same, hi, mid)
+        return k, hi, index(t, m - 1) >= k - 1
+
+    ka, ja, ok_a = first_drop(t1)
+    kb, jb, ok_b = first_drop(t0)
+    if not (np.all(ok_a) and np.all(ok_b)):
+        return _inconsistency_dense(t0, t1, changed, period, offsets)
+    d = ka - kb  # instants in the gap at the first offsets
+    outside = (d > 0) != changed  # before the first drop and after the second
+    middle = (d + (jb < ja) - (ja < jb) > 0) != changed  # between the two drops
+    lo, hi = np.minimum(ja, jb), np.maximum(ja, jb)
+    step = middle.astype(np.int64) - outside.astype(np.int64)
+    diff = np.bincount(lo, step, m + 1) - np.bincount(hi, step, m + 1)
+    return int(np.sum(outside)) + np.cumsum(diff[:m]).round().astype(np.int64)
+
+
+def _inconsistency_dense(t0, t1, changed, period: float, offsets: np.ndarray) -> np.ndarray:
+    """`_inconsistency` from the whole (offsets × gaps) table of grid indices."""
     a = np.floor((t1[None, :] - offsets[:, None]) / period)
     b = np.floor((t0[None, :] - offsets[:, None]) / period)
     holds = (a - b) > 0
