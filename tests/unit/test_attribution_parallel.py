@@ -65,12 +65,12 @@ def test_the_pool_gives_the_serial_result(buffer_run, monkeypatch):
 
 def test_the_pool_is_skipped_where_it_does_not_pay(monkeypatch):
     monkeypatch.setattr(parallel, "PARALLEL", None)
-    monkeypatch.setattr(parallel.os, "getloadavg", lambda: (1.0, 1.0, 1.0))  # this process
+    monkeypatch.setattr(parallel.os, "getloadavg", lambda: (1.0, 1.0, 1.0))  # one core busy
     monkeypatch.setattr(parallel.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
     assert parallel.workers(3, 10 * parallel.MIN_SAMPLES) == 2
     assert parallel.workers(3, parallel.MIN_SAMPLES - 1) == 0  # a small run
     assert parallel.workers(1, 10 * parallel.MIN_SAMPLES) == 0  # one fit
-    monkeypatch.setattr(parallel.os, "getloadavg", lambda: (2.2, 2.0, 2.0))  # the other core busy
+    monkeypatch.setattr(parallel.os, "getloadavg", lambda: (2.2, 2.0, 2.0))  # both cores busy
     assert parallel.workers(3, 10 * parallel.MIN_SAMPLES) == 0
     monkeypatch.setattr(parallel, "PARALLEL", False)
     assert parallel.workers(3, 10 * parallel.MIN_SAMPLES) == 0

@@ -17,11 +17,11 @@ The pool is used only where it pays: at least two configs, at least two usable c
 (`os.sched_getaffinity`), the fork start method (workers inherit the run's grids without
 copying them), not inside a daemonic worker, and a run of at least MIN_SAMPLES samples of
 the device (below, forking and carrying results back cost more than a fit: on a simulated
-20 s run a fit takes ~0.1 s), and as many workers as the last minute's load average leaves
-cores idle, this process's own included: on a 2-core machine whose other core was busy, two
-workers took turns on one core, each fit took twice its CPU time in wall time and the pool
-only added its overhead (run11: 19.4 s against 18.4 s in one process, load 2-3).
-`PARALLEL` forces it on or off.
+20 s run a fit takes ~0.1 s), and with one worker more than the cores the last minute's load
+average leaves idle (rounded; the attributing process waits while they fit): on 2 cores the
+pool is used below a load of 1.5. Measured on run11 on a 2-core machine: with the others'
+load near 1, the pool took 17.0 s against 18.7 s in one process; near 2, 20.6 s against
+20.9 s, its two workers taking turns on one core. `PARALLEL` forces it on or off.
 """
 
 from __future__ import annotations
@@ -85,13 +85,13 @@ def workers(n_cfgs: int, size: int) -> int:
         return max(2, min(n_cfgs, cores))
     if size < MIN_SAMPLES:
         return 0
-    n = min(n_cfgs, cores, _idle_cores(cores) + 1)  # this process's core, and the idle ones
+    n = min(n_cfgs, cores, _idle_cores(cores) + 1)  # the idle cores, and this process's
     return n if n >= 2 else 0
 
 
 def _idle_cores(cores: int) -> int:
-    """Cores that the last minute's load leaves idle besides this process's (the load counts
-    it): on a machine whose other cores are busy, workers only take turns with each other."""
+    """Cores the last minute's load average leaves idle, rounded: on a machine whose cores
+    are busy, workers only take turns with each other and what else runs."""
     try:
         load = os.getloadavg()[0]
     except (AttributeError, OSError):
