@@ -106,6 +106,9 @@ def test_ctrl_c_stops_the_command_and_keeps_a_readable_run(tmp_path):
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        # as at a terminal: a job started in the background of a script (`cmd &`) inherits
+        # SIGINT ignored, and Python then installs no KeyboardInterrupt for it
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     deadline = time.time() + 300
     while not started.exists() and time.time() < deadline:

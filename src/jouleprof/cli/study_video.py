@@ -31,10 +31,11 @@ def _lrs(items: list[str]) -> dict[str, tuple[float, ...]]:
 
 def study_video_cmd(
     stage: Annotated[
-        str, typer.Option(
+        str,
+        typer.Option(
             help="smoke, search, confirm, or all (comma-separated); search-lr or "
             "search-ablation run one part of search."
-        )
+        ),
     ] = "all",
     models: Annotated[str, typer.Option(help="Comma-separated models.")] = "videomae-b,hiera-b",
     methods: Annotated[str, typer.Option(help="Comma-separated methods.")] = "full,lora,bitfit",
