@@ -76,3 +76,27 @@ def test_the_pool_is_skipped_where_it_does_not_pay(monkeypatch):
     assert parallel.workers(3, 10 * parallel.MIN_SAMPLES) == 0
     monkeypatch.setattr(parallel, "PARALLEL", True)
     assert parallel.workers(3, 10) >= 2
+
+
+def test_the_default_pool_does_not_fork_beside_other_threads_or_cuda(monkeypatch):
+    import threading
+    import types
+
+    from jouleprof.attribution import parallel
+
+    torch = __import__("sys").modules.get("torch")
+    cuda_started = torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized()
+    assert parallel._fork_is_safe() is not cuda_started  # pytest's process: one thread
+    stop = threading.Event()
+    t = threading.Thread(target=stop.wait)  # a user's non-daemon thread (a data loader, say)
+    t.start()
+    try:
+        assert not parallel._fork_is_safe()
+        monkeypatch.setattr(parallel, "PARALLEL", None)
+        assert parallel.workers(4, 10**6) == 0
+    finally:
+        stop.set()
+        t.join()
+    fake_cuda = types.SimpleNamespace(is_initialized=lambda: True)
+    monkeypatch.setitem(__import__("sys").modules, "torch", types.SimpleNamespace(cuda=fake_cuda))
+    assert not parallel._fork_is_safe()

@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import sys
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 
@@ -79,6 +81,8 @@ def workers(n_cfgs: int, size: int) -> int:
         return 0
     if mp.current_process().daemon:
         return 0
+    if PARALLEL is None and not _fork_is_safe():
+        return 0
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     cores = cores or 1
     if PARALLEL:
@@ -87,6 +91,22 @@ def workers(n_cfgs: int, size: int) -> int:
         return 0
     n = min(n_cfgs, cores, _idle_cores(cores) + 1)  # the idle cores, and this process's
     return n if n >= 2 else 0
+
+
+def _fork_is_safe() -> bool:
+    """Forking copies only the calling thread: where other threads run (a user's data loader
+    or sampler, torch's CUDA context after a `jouleprof.profile` loop), a lock one of them
+    holds stays held in the workers. The default pool runs only where no other non-daemon
+    thread is alive (a progress bar's refresh thread is a daemon, and the workers never
+    render) and torch, if imported, has not started CUDA, as in `jouleprof attribute`."""
+    main = threading.main_thread()
+    if any(t is not main and not t.daemon for t in threading.enumerate()):
+        return False
+    torch = sys.modules.get("torch")
+    try:
+        return not (torch is not None and torch.cuda.is_initialized())
+    except Exception:  # a torch without cuda, or half-imported: do not fork
+        return False
 
 
 def _idle_cores(cores: int) -> int:
