@@ -22,11 +22,9 @@ from __future__ import annotations
 
 import argparse
 import csv
-import datetime as dt
 import gc
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
@@ -273,48 +271,10 @@ def predict_pending(out: Path) -> int:
 
 
 def _meta(out: Path, argv: list[str]) -> None:
-    meta = {
-        "date_utc": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "command": " ".join(["python", "benchmarks/bert_sweep.py", *argv]),
-        "git_commit": os.environ.get("JP_COMMIT") or _git(),
-        "python": platform.python_version(),
-    }
-    try:
-        import torch
-        import transformers
+    from jouleprof.bench.provenance import benchmark_meta, write_meta
 
-        meta["torch"] = torch.__version__
-        meta["transformers"] = transformers.__version__
-        if torch.cuda.is_available():
-            meta["gpu"] = torch.cuda.get_device_name(0)
-    except Exception as e:
-        meta["torch"] = f"unavailable: {e}"
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        meta["driver"] = pynvml.nvmlSystemGetDriverVersion()
-        h = pynvml.nvmlDeviceGetHandleByIndex(0)
-        meta["power_limit_w"] = pynvml.nvmlDeviceGetEnforcedPowerLimit(h) / 1000
-        pynvml.nvmlShutdown()
-    except Exception as e:
-        meta["driver"] = f"unavailable: {type(e).__name__}"
-    p = out / "meta.json"
-    runs = json.loads(p.read_text()).get("calls", []) if p.exists() else []
-    meta["calls"] = runs + [meta["date_utc"]]
-    p.write_text(json.dumps(meta, indent=2) + "\n")
-
-
-def _git() -> str:
-    try:
-        return (
-            subprocess.run(
-                ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10
-            ).stdout.strip()
-            or "unknown"
-        )
-    except Exception:
-        return "unknown"
+    command = ["python", "benchmarks/bert_sweep.py", *argv]
+    write_meta(out, benchmark_meta(command, ("transformers",), ROOT), keep_calls=True)
 
 
 def _table(out: Path) -> None:

@@ -32,13 +32,9 @@ from __future__ import annotations
 
 import argparse
 import csv
-import datetime as dt
 import gc
 import json
-import os
-import platform
 import shutil
-import subprocess
 import sys
 import tarfile
 import time
@@ -58,51 +54,13 @@ DEFAULT_ORDER = ("user4", "hf_bert", "pl_resnet50", "vit_accum", "infer_mixed", 
 EXCITE_LOOP = "user4_excite"
 
 
-def _git() -> str:
-    try:
-        return subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-
-
 def write_meta(out: Path, argv: list[str], device: str) -> dict:
-    meta = {
-        "date_utc": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "command": " ".join(["python3", "benchmarks/ref_loops.py", *argv]),
-        "git_commit": os.environ.get("JP_COMMIT") or _git(),
-        "python": platform.python_version(),
-        "device": device,
-    }
-    try:
-        import torch
+    from jouleprof.bench.provenance import benchmark_meta
+    from jouleprof.bench.provenance import write_meta as write
 
-        meta["torch"] = torch.__version__
-        if torch.cuda.is_available():
-            meta["gpu"] = torch.cuda.get_device_name(0)
-    except Exception as e:  # noqa: BLE001 — meta must not stop the run
-        meta["torch"] = f"unavailable: {e}"
-    from importlib.metadata import PackageNotFoundError, version
-
-    for pkg in ("transformers", "timm", "lightning", "nvidia-ml-py"):
-        try:
-            meta[pkg] = version(pkg)
-        except PackageNotFoundError:
-            meta[pkg] = "not installed"
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        meta["driver"] = pynvml.nvmlSystemGetDriverVersion()
-        h = pynvml.nvmlDeviceGetHandleByIndex(0)
-        meta["power_limit_w"] = pynvml.nvmlDeviceGetEnforcedPowerLimit(h) / 1000
-        pynvml.nvmlShutdown()
-    except Exception as e:  # noqa: BLE001
-        meta["driver"] = f"unavailable: {type(e).__name__}"
-        meta["power_limit_w"] = None
-    (out / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
-    return meta
+    command = ["python3", "benchmarks/ref_loops.py", *argv]
+    meta = benchmark_meta(command, ("transformers", "timm", "lightning", "nvidia-ml-py"), ROOT)
+    return write(out, {**meta, "device": device})
 
 
 def _measure_config(smoke: bool):

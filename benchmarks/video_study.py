@@ -16,10 +16,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import os
-import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -38,45 +35,11 @@ every method's first rate before any second one). The models are randomly initia
 rates are higher than fine-tuning from a checkpoint would use."""
 
 
-def _git() -> str:
-    try:
-        r = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10
-        )
-        return r.stdout.strip() or "unknown"
-    except Exception:
-        return "unknown"
-
-
 def _meta(out: Path, argv: list[str], extra: dict) -> None:
-    meta = {
-        "date_utc": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "command": " ".join(["PYTHONPATH=src", "python3", "benchmarks/video_study.py", *argv]),
-        "git_commit": os.environ.get("JP_COMMIT") or _git(),
-        "python": platform.python_version(),
-        **extra,
-    }
-    try:
-        import torch
+    from jouleprof.bench.provenance import benchmark_meta, write_meta
 
-        meta["torch"] = torch.__version__
-        meta["gpu"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
-    except Exception as e:
-        meta["torch"] = f"unavailable: {e}"
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        meta["driver"] = pynvml.nvmlSystemGetDriverVersion()
-        h = pynvml.nvmlDeviceGetHandleByIndex(0)
-        meta["power_limit_w"] = pynvml.nvmlDeviceGetEnforcedPowerLimit(h) / 1000
-        pynvml.nvmlShutdown()
-    except Exception as e:
-        meta["driver"] = f"unavailable: {type(e).__name__}"
-    p = out / "meta.json"
-    calls = json.loads(p.read_text()).get("calls", []) if p.exists() else []
-    meta["calls"] = [*calls, meta["date_utc"]]
-    p.write_text(json.dumps(meta, indent=2) + "\n")
+    command = ["PYTHONPATH=src", "python3", "benchmarks/video_study.py", *argv]
+    write_meta(out, {**benchmark_meta(command, root=ROOT), **extra}, keep_calls=True)
 
 
 def main(argv: list[str] | None = None) -> int:
