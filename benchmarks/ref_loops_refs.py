@@ -220,6 +220,9 @@ def references(ref_dir: Path, power_limit_w: float | None) -> dict:
             )
         elif added is None:
             src, rj, rlo, rhi = "alone", alone_j, alo, ahi
+        elif diff is None:  # the two sum to ≤ 0 J: noise around a phase that costs ~nothing
+            src, rj, rlo, rhi = "disagree", None, None, None
+            note = f"alone {alone_j:.4g} J and added {added:.4g} J sum to ≤ 0: no reference"
         else:
             src, rj, rlo, rhi = "disagree", None, None, None
             note = f"alone and added differ by {diff:+.1f} %: no reference"
