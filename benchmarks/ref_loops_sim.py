@@ -27,22 +27,20 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from jouleprof.sensors.simulated_workload import PhaseSpec  # noqa: E402
+
 WINDOW_COLUMNS = ("kind", "phase", "k", "n", "occ", "t0_s", "t1_s")
 
 
-@dataclass(frozen=True)
-class SimPhase:
-    name: str
-    ms: float
-    w: float
-    jitter: float = 0.01
-    """Relative standard deviation of the phase's time from step to step."""
+def _phase(name: str, ms: float, w: float) -> PhaseSpec:
+    """A phase of `ms` milliseconds at `w` watts, its time varying ±1 % from step to step."""
+    return PhaseSpec(name, 1e-3 * ms, w, duration_jitter=0.01)
 
 
 @dataclass(frozen=True)
 class SimLoop:
     name: str
-    phases: tuple[SimPhase, ...]
+    phases: tuple[PhaseSpec, ...]
     idle_w: float = 90.0
     between_ms: float = 0.0
     """Idle time between steps (a data-bound loop)."""
@@ -53,27 +51,27 @@ SIM_LOOPS: dict[str, SimLoop] = {
     "user4": SimLoop(
         "user4",
         (
-            SimPhase("gemm", 29.0, 850.0),
-            SimPhase("copy", 15.0, 420.0),
-            SimPhase("spin", 6.0, 160.0),
-            SimPhase("tiny", 1.0, 230.0),
+            _phase("gemm", 29.0, 850.0),
+            _phase("copy", 15.0, 420.0),
+            _phase("spin", 6.0, 160.0),
+            _phase("tiny", 1.0, 230.0),
         ),
     ),  # fmt: skip
     "bert_like": SimLoop(
         "bert_like",
         (
-            SimPhase("forward", 17.0, 520.0),
-            SimPhase("backward", 33.0, 610.0),
-            SimPhase("optimizer", 2.0, 380.0),
+            _phase("forward", 17.0, 520.0),
+            _phase("backward", 33.0, 610.0),
+            _phase("optimizer", 2.0, 380.0),
         ),
         between_ms=6.0,
     ),  # fmt: skip
     "resnet_idle": SimLoop(
         "resnet_idle",
         (
-            SimPhase("forward", 22.0, 560.0),
-            SimPhase("backward", 41.0, 640.0),
-            SimPhase("optimizer", 0.4, 300.0),
+            _phase("forward", 22.0, 560.0),
+            _phase("backward", 41.0, 640.0),
+            _phase("optimizer", 0.4, 300.0),
         ),
         between_ms=34.0,
     ),  # fmt: skip
@@ -104,13 +102,13 @@ class _Driver:
         if gap > 0:
             self.sched.append(gap, self.loop.idle_w)
 
-    def run(self, ph: SimPhase, record: bool = True) -> None:
+    def run(self, ph: PhaseSpec, record: bool = True) -> None:
         self.catch_up()
-        d = 1e-3 * ph.ms * max(0.2, 1.0 + self.rng.normal(0.0, ph.jitter))
-        self.sched.append(d, ph.w)
+        d = ph.duration_s * max(0.2, 1.0 + self.rng.normal(0.0, ph.duration_jitter))
+        self.sched.append(d, ph.power_w)
         self.clock.advance_s(d)
         if record:
-            self.truth.setdefault(ph.name, []).append(ph.w * d)
+            self.truth.setdefault(ph.name, []).append(ph.power_w * d)
 
 
 def _sample(drv: _Driver, rd, seed: int, buffer: bool) -> None:
@@ -185,7 +183,7 @@ def write_ref(loop: SimLoop, path: Path, ref_s: float = 2.5, seed: int = 0) -> l
     rd, rec, status = _new_run(path, "ref_loop_sim", {"simulated": True})
     recorder = PhaseRecorder(drv.clock, rd.span_writer(), device="cpu")
     rows: list[dict] = []
-    cycle_ms = sum(p.ms for p in loop.phases)
+    cycle_ms = 1e3 * sum(p.duration_s for p in loop.phases)
 
     def window(kind, name, k, body):
         t0, n = drv.clock.now_s(), 0
@@ -216,7 +214,7 @@ def write_ref(loop: SimLoop, path: Path, ref_s: float = 2.5, seed: int = 0) -> l
                 drv.run(ph, record=False)
 
         window("alone", ph.name, 0, alone)
-        k = max(1, min(16, round(0.4 * cycle_ms / ph.ms)))
+        k = max(1, min(16, round(0.4 * cycle_ms / (1e3 * ph.duration_s))))
         window("added", ph.name, k, lambda ph=ph, k=k: step({ph.name: k}))
     window("plain", "", 0, step)
     recorder.close()
