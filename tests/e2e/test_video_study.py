@@ -45,7 +45,9 @@ STUDY = [
     "--num-workers",
     "0",
     "--deploy-sustained-s",
-    "0.2",
+    # ≥ 5 of the counter's 100 ms refreshes, so the sustained window's energy interval stays
+    # above 0 J (at 0.2 s, 1–2 refreshes, its lower end could reach 0 and refuse the score)
+    "0.6",
     "--idle-s",
     "0",
     "--simulate-gpu-w",

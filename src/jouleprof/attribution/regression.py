@@ -83,6 +83,7 @@ import numpy as np
 from jouleprof.attribution.bins import expand, split_bins
 from jouleprof.attribution.bootstrap import block_bootstrap, residual_block_s
 from jouleprof.attribution.common import EXCLUDED, Timeline
+from jouleprof.attribution.counter_scan import OffsetScan, is_ambiguous, scan_offsets, shifted
 from jouleprof.attribution.grid import JitterGrid, device_grids, with_power_pieces
 from jouleprof.attribution.kernels import counter_delays
 from jouleprof.attribution.parallel import PrefetchingFit
@@ -346,6 +347,8 @@ class _Grids:
     """The power fields' grid fitted piece by piece over a long run (`grid.power_pieces`)."""
     passes: dict = field(default_factory=dict)
     """Config (intervals set) → its fit's passes (`_passes`), each computed once."""
+    counter_scan: OffsetScan | None = None
+    """Where the counter grid was ambiguous: the scan that placed it (`counter_scan`)."""
 
 
 def attribute_regression(
@@ -393,12 +396,49 @@ def attribute_regression(
     if cfg.use_instant and cfg.power_piece_s:  # pieces place the instant rows only
         with stage(f"{device}: power-grid pieces"):
             grids, grid_notes, pieces = with_power_pieces(dev, grids, grid_notes, cfg.power_piece_s)
-    found = _Grids(dev, grids, grid_notes, buf, pieces)
+    scan = None
+    if (
+        cfg.use_counter
+        and "counter" in grids
+        and "power" in grids
+        and is_ambiguous(grids["counter"])
+    ):
+        # Few read gaps place a short run's counter grid: several offsets can agree with all of
+        # them. The rows' residual tells them apart (`counter_scan`).
+        with stage(f"{device}: counter-offset scan"), _one_blas_thread():
+            scan = _scan_counter(dev, timeline, grids, cfg, buf, pieces)
+        jc = grids["counter"]
+        grids = {**grids, "counter": shifted(jc, scan.shift_s, scan.offset_se_s)}
+        grid_notes = [
+            *grid_notes,
+            f"the energy counter's refresh grid was ambiguous from its reads (position ±"
+            f"{1e3 * jc.offset_se_s:.0f} ms): placed by the fit's residual over "
+            f"{len(scan.shifts_s)} offsets, moved {1e3 * scan.shift_s:+.1f} ms "
+            f"(±{1e3 * scan.offset_se_s:.1f} ms)",
+        ]
+    found = _Grids(dev, grids, grid_notes, buf, pieces, counter_scan=scan)
     with stage(f"{device}: regression"), _one_blas_thread():
         fit = PrefetchingFit(
             lambda c: _attribute(found, timeline, device, c), found.passes, len(dev)
         )
         return choose_model(fit, timeline, cfg)
+
+
+def _scan_counter(dev, timeline: Timeline, grids, cfg: RegressionConfig, buf, pieces) -> OffsetScan:
+    """The counter-offset scan (`counter_scan.scan_offsets`) with point fits of the plain
+    model: rows as configured, neither reweighed nor refined."""
+    quick = replace(cfg, reweight=False, refine_grid=False)
+    jp = grids["power"]
+
+    def rms_w(jc: JitterGrid) -> float:
+        try:
+            f = _fit_pass(dev, timeline, jc, jp, quick, buf, pieces)
+        except AttributionError as e:
+            raise ValueError(str(e)) from e
+        resid = f.pl.target(f.theta) - f.x @ f.power
+        return float(np.sqrt(np.mean(resid**2)))
+
+    return scan_offsets(grids["counter"], rms_w)
 
 
 def _one_blas_thread():
@@ -611,6 +651,7 @@ def _attribute_model(found: _Grids, timeline: Timeline, device: str, cfg: Regres
         "instant_window_s": cfg.instant_window_s,
         "instant_kernel": [list(b) for b in cfg.instant_kernel],
         "refresh": {name: g.to_json() for name, g in grids.items()},
+        **({"counter_scan": found.counter_scan.to_json()} if found.counter_scan else {}),
         "power_pieces": [
             {"t0_s": a_s, "t1_s": b_s, **g.to_json()} for a_s, b_s, g in found.pieces or ()
         ],

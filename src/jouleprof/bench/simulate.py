@@ -87,10 +87,22 @@ class SimulatedSamples:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def exclusive_pieces(spans) -> list[tuple[int, str, float, float]]:
+def exclusive_pieces(
+    spans, gap_tolerance_s: float | None = None
+) -> list[tuple[int, str, float, float]]:
     """(step, phase, t0_s, t1_s) pieces of time, each labelled by the innermost phase open then:
     a parent ("forward") keeps the time its nested phases ("forward/target") leave uncovered,
-    as attribution's exclusive labels do. Sorted by start."""
+    as attribution's exclusive labels do. Sorted by start.
+
+    A gap of at most `gap_tolerance_s` (default: attribution's `GAP_TOLERANCE_S`) between two
+    consecutive pieces is closed at its midpoint, as attribution's partition closes it (the
+    microseconds between one phase's recorded end and the next one's start are recording
+    noise, not idle time): the simulated GPU then draws a phase's power over the time that
+    attribution labels with it, and its truth is comparable with the estimate.
+    """
+    from jouleprof.attribution.common import GAP_TOLERANCE_S
+
+    tol = GAP_TOLERANCE_S if gap_tolerance_s is None else gap_tolerance_s
     out: list[tuple[int, str, float, float]] = []
     rows = list(
         zip(
@@ -116,7 +128,11 @@ def exclusive_pieces(spans) -> list[tuple[int, str, float, float]]:
                 cursor = max(cursor, c1)
             if t1 > cursor:
                 out.append((step, phase, cursor, t1))
-    return sorted((p for p in out if p[3] > p[2]), key=lambda p: p[2])
+    pieces = [list(p) for p in sorted((p for p in out if p[3] > p[2]), key=lambda p: p[2])]
+    for a, b in zip(pieces[:-1], pieces[1:], strict=True):
+        if 0.0 < b[2] - a[3] <= tol:
+            a[3] = b[2] = 0.5 * (a[3] + b[2])
+    return [(int(p[0]), str(p[1]), float(p[2]), float(p[3])) for p in pieces]
 
 
 def simulate_samples(
