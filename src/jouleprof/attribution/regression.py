@@ -608,7 +608,7 @@ def _attribute_model(found: _Grids, timeline: Timeline, device: str, cfg: Regres
             "steps run nearly in lockstep with the sensor, so short phases may stay unresolved; "
             f"intervals widened ×{widen:.1f}"
         )
-    ceiling_w = _power_ceiling_w(dev, timeline)
+    ceiling_w = _power_ceiling_w(dev, timeline, found.buffer)
     col_of = {timeline.names[j]: i for i, j in enumerate(cols)}
     terms = _terms(labelled, split, col_of, members)
     results, step_e, step_lo, step_hi, unphysical = _phase_results(
