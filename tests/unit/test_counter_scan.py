@@ -16,6 +16,7 @@ from jouleprof.attribution.counter_scan import (
     is_ambiguous,
     near_best_stretch,
     scan_offsets,
+    scan_window,
     shifted,
 )
 from jouleprof.attribution.regression import attribute_regression
@@ -63,6 +64,14 @@ def test_scan_takes_the_middle_of_the_flat_bottom_and_its_width():
     # a shift where no fit is possible counts as the worst
     failing = scan_offsets(jc, lambda g: (_ for _ in ()).throw(ValueError("no rows")))
     assert failing.shift_s == 0.0
+
+
+def test_a_long_run_is_scanned_on_the_middle_minute_only():
+    short = np.linspace(0.0, 50.0, 501)
+    assert scan_window(short).all()
+    long = np.linspace(0.0, 240.0, 2401)
+    kept = long[scan_window(long)]
+    assert kept.min() == pytest.approx(90.0) and kept.max() == pytest.approx(150.0)
 
 
 def test_is_ambiguous_only_beyond_the_threshold():

@@ -35,6 +35,20 @@ SCAN_STEP_S = 0.0025
 """Spacing of the offsets the scan tries."""
 NEAR_BEST = 1.1
 """Shifts whose residual RMS is within this factor of the lowest count as equally good."""
+SCAN_WINDOW_S = 60.0
+"""The scan fits the readings of at most this long a stretch of the run (its middle): a grid
+this uncertain comes from a short run, and on a long one 40 fits of every row would cost
+minutes."""
+
+
+def scan_window(t_s: np.ndarray, window_s: float = SCAN_WINDOW_S) -> np.ndarray:
+    """Which readings (stamped `t_s`) the scan fits: all of a run up to `window_s` long, else
+    the `window_s` around the middle of its readings."""
+    t = np.asarray(t_s, dtype=float)
+    if len(t) == 0 or float(t.max() - t.min()) <= window_s:
+        return np.ones(len(t), dtype=bool)
+    mid = 0.5 * float(t.max() + t.min())
+    return (t >= mid - 0.5 * window_s) & (t <= mid + 0.5 * window_s)
 
 
 def is_ambiguous(jc: JitterGrid | None) -> bool:

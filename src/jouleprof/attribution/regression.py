@@ -83,7 +83,13 @@ import numpy as np
 from jouleprof.attribution.bins import expand, split_bins
 from jouleprof.attribution.bootstrap import block_bootstrap, residual_block_s
 from jouleprof.attribution.common import EXCLUDED, Timeline
-from jouleprof.attribution.counter_scan import OffsetScan, is_ambiguous, scan_offsets, shifted
+from jouleprof.attribution.counter_scan import (
+    OffsetScan,
+    is_ambiguous,
+    scan_offsets,
+    scan_window,
+    shifted,
+)
 from jouleprof.attribution.grid import JitterGrid, device_grids, with_power_pieces
 from jouleprof.attribution.kernels import counter_delays
 from jouleprof.attribution.parallel import PrefetchingFit
@@ -429,6 +435,7 @@ def _scan_counter(dev, timeline: Timeline, grids, cfg: RegressionConfig, buf, pi
     model: rows as configured, neither reweighed nor refined."""
     quick = replace(cfg, reweight=False, refine_grid=False)
     jp = grids["power"]
+    dev = dev[scan_window(dev["t_s"].to_numpy(float))]
 
     def rms_w(jc: JitterGrid) -> float:
         try:
