@@ -17,6 +17,7 @@ import io
 import json
 import logging
 import os
+import re
 import secrets
 import socket
 import tempfile
@@ -196,7 +197,8 @@ class RunDir:
         dropped: list[list[str]] = []
         df = self._read_csv(SPANS_CSV, SPAN_COLUMNS[:4], key=SPAN_COLUMNS[:4], dropped=dropped)
         df["phase"] = df["phase"].astype(str)
-        bad = sorted({int(r[0]) for r in dropped if r and r[0].strip().isdigit()} & set(df["step"]))
+        shown = {_step_of(r[0]) for r in dropped if r} - {None}
+        bad = sorted(shown & set(df["step"]))
         if bad:
             df = df[~df["step"].isin(bad)].reset_index(drop=True)
             more = " …" if len(bad) > 5 else ""
@@ -542,3 +544,11 @@ def _json_default(o: Any) -> Any:
     if isinstance(o, Path):
         return str(o)
     raise TypeError(f"cannot write {type(o).__name__} to run.json")
+
+
+def _step_of(cell: str) -> int | None:
+    """The step number an unreadable spans.csv row still shows in its first cell (ASCII digits
+    around any whitespace), else None. str.isdigit() alone is not enough: it takes "²" and "١",
+    and str.strip() drops control characters such as "\x1f" that int() refuses."""
+    m = re.fullmatch(r"\s*([0-9]+)\s*", cell)
+    return int(m.group(1)) if m else None
