@@ -87,52 +87,35 @@ class SimulatedSamples:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def exclusive_pieces(
-    spans, gap_tolerance_s: float | None = None
-) -> list[tuple[int, str, float, float]]:
-    """(step, phase, t0_s, t1_s) pieces of time, each labelled by the innermost phase open then:
-    a parent ("forward") keeps the time its nested phases ("forward/target") leave uncovered,
-    as attribution's exclusive labels do. Sorted by start.
-
-    A gap of at most `gap_tolerance_s` (default: attribution's `GAP_TOLERANCE_S`) between two
-    consecutive pieces is closed at its midpoint, as attribution's partition closes it (the
-    microseconds between one phase's recorded end and the next one's start are recording
-    noise, not idle time): the simulated GPU then draws a phase's power over the time that
-    attribution labels with it, and its truth is comparable with the estimate.
+def exclusive_pieces(spans) -> list[tuple[int, str, float, float]]:
+    """(step, phase, t0_s, t1_s) pieces of time, each labelled as attribution's partition labels
+    it (`attribution.common.build_timeline`, the first step included): the innermost phase
+    open then, a parent ("forward") keeping the time its nested phases leave uncovered, the
+    microseconds between one phase's recorded end and the next one's start closed at their
+    midpoint as recording noise. So the simulated GPU draws each phase's power over exactly
+    the time attribution labels with it, and its truth is comparable with the estimate.
+    Untracked time inside a step and time between steps are no piece (idle). Sorted by start.
     """
-    from jouleprof.attribution.common import GAP_TOLERANCE_S
+    import numpy as np
 
-    tol = GAP_TOLERANCE_S if gap_tolerance_s is None else gap_tolerance_s
+    from jouleprof.attribution.common import IDLE, OUTSIDE, UNTRACKED, WARMUP, build_timeline
+
+    if spans is None or not len(spans):
+        return []
+    t0 = float(spans["t0_s"].min())
+    t1 = float(spans["t1_s"].max())
+    tl = build_timeline(spans, t0, t1, warmup_steps=0)
+    steps = sorted(tl.step_extents_s, key=lambda s: tl.step_extents_s[s][0])
+    starts = np.array([tl.step_extents_s[s][0] for s in steps])
+    not_phases = {IDLE, OUTSIDE, UNTRACKED, WARMUP}
     out: list[tuple[int, str, float, float]] = []
-    rows = list(
-        zip(
-            spans["step"].astype(int),
-            spans["phase"].astype(str),
-            spans["t0_s"].astype(float),
-            spans["t1_s"].astype(float),
-            strict=True,
-        )
-    )
-    by_step: dict[int, list[tuple[str, float, float]]] = {}
-    for step, phase, t0, t1 in rows:
-        by_step.setdefault(step, []).append((phase, t0, t1))
-    for step, items in by_step.items():
-        for phase, t0, t1 in items:
-            children = sorted(
-                (c0, c1) for name, c0, c1 in items if name.startswith(phase + "/") and c1 > c0
-            )
-            cursor = t0
-            for c0, c1 in children:
-                if c0 > cursor:
-                    out.append((step, phase, cursor, min(c0, t1)))
-                cursor = max(cursor, c1)
-            if t1 > cursor:
-                out.append((step, phase, cursor, t1))
-    pieces = [list(p) for p in sorted((p for p in out if p[3] > p[2]), key=lambda p: p[2])]
-    for a, b in zip(pieces[:-1], pieces[1:], strict=True):
-        if 0.0 < b[2] - a[3] <= tol:
-            a[3] = b[2] = 0.5 * (a[3] + b[2])
-    return [(int(p[0]), str(p[1]), float(p[2]), float(p[3])) for p in pieces]
+    for a, b, label in zip(tl.edges_s[:-1], tl.edges_s[1:], tl.labels, strict=True):
+        name = tl.names[label]
+        if name in not_phases or not b > a:
+            continue
+        k = int(np.searchsorted(starts, 0.5 * (a + b), side="right")) - 1
+        out.append((int(steps[max(k, 0)]), name, float(a), float(b)))
+    return out
 
 
 def simulate_samples(
