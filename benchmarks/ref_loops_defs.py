@@ -15,6 +15,8 @@ Loops:
   batch 64 x 128, bf16; phases forward/backward/optimizer through `trainer_callback`.
 - pl_resnet50: Lightning + timm ResNet-50 (random init), batch 128, bf16-mixed, a data-bound
   step: the loader sleeps (a CPU-side decode) longer than the GPU's step, so the GPU idles.
+  Lightning's teardown moves the model to the CPU after `trainer.fit`; `restore_placement()`
+  puts it back before the references replay it.
 - vit_accum (held out): timm ViT-B/16, micro-batch 32, gradient accumulation of 4, the optimizer
   in every 4th step; phases data/forward/backward/optimizer.
 - infer_mixed (held out): an inference + loss loop: an fp32 embedding MLP, a bf16 encoder, an
@@ -301,6 +303,24 @@ class HfBert(_Trainable):
         return int(out.global_step)
 
 
+def _check_placement(model, device, opt=None) -> None:
+    """Raise unless every parameter and buffer of `model` is on `device`, floating ones fp32,
+    and `opt` (if given) steps exactly the model's parameters."""
+    import torch
+
+    bad = [
+        f"{n} ({t.device}, {t.dtype})"
+        for n, t in [*model.named_parameters(), *model.named_buffers()]
+        if t.device.type != device.type or (t.is_floating_point() and t.dtype != torch.float32)
+    ]
+    if bad:
+        raise RuntimeError(f"model not on {device} in fp32: {', '.join(bad[:3])} ...")
+    if opt is not None:
+        held = {id(p) for g in opt.param_groups for p in g["params"]}
+        if held != {id(p) for p in model.parameters()}:
+            raise RuntimeError("the optimizer does not hold the model's parameters")
+
+
 class PlResNet50(_Trainable):
     """Lightning + timm ResNet-50, a data-bound step (the loader sleeps past the GPU's step)."""
 
@@ -314,7 +334,8 @@ class PlResNet50(_Trainable):
         torch = self.torch
         self.batch, self.px = (2, 32) if self.smoke else (128, 224)
         self.amp = self.cuda
-        self.model = timm.create_model("resnet50", pretrained=False, num_classes=1000)
+        arch = "resnet10t" if self.smoke else "resnet50"  # smoke: the code path, not the model
+        self.model = timm.create_model(arch, pretrained=False, num_classes=1000)
         self.model = self.model.to(self.device, memory_format=torch.channels_last)
         g = torch.Generator().manual_seed(0)
         self.x_u8 = torch.randint(0, 256, (self.batch, 3, self.px, self.px), dtype=torch.uint8,
@@ -401,7 +422,19 @@ class PlResNet50(_Trainable):
         )  # fmt: skip
         trainer.fit(Module(), train_dataloaders=dl)
         self.info["lightning"] = pl.__version__
+        self.restore_placement()
         return int(trainer.global_step)
+
+    def restore_placement(self) -> None:
+        """Put the model back where `build()` put it. Lightning's `Strategy.teardown()` ends
+        `trainer.fit` with `lightning_module.cpu()`, so after the fine run the model (whose
+        parameters the replay's optimizer holds) sat on the CPU in fp32 while the replay fed it
+        the GPU batch under autocast: "Input type (CUDABFloat16Type) and weight type
+        (torch.FloatTensor) should be the same". `Module.to` keeps the parameter objects, so
+        `self.opt` still steps the model's parameters."""
+        torch = self.torch
+        self.model.to(self.device, dtype=torch.float32, memory_format=torch.channels_last)
+        _check_placement(self.model, self.device, self.opt)
 
 
 class VitAccum(_Trainable):

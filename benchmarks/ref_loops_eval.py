@@ -98,7 +98,9 @@ more than this ran at another pace (launch-bound alone, throttled alone): not it
 
 def _paced(ref, step_ms: float | None):
     """`ref`, its reference switched to the added one where the alone replay ran at another
-    pace than the phase in the measured steps (and the added one exists)."""
+    pace than the phase in the measured steps (and the added one exists), and to none where
+    the added copies ran at another pace too (beyond PACE_TOL and their time's uncertainty,
+    the plain windows' spread): neither was priced as the phase runs in its steps."""
     from dataclasses import replace
 
     if ref is None or step_ms is None or not ref.alone_ms or ref.added_j is None:
@@ -106,10 +108,17 @@ def _paced(ref, step_ms: float | None):
     ratio = ref.alone_ms / step_ms
     if abs(ratio - 1) <= PACE_TOL or ref.ref_source == "added":
         return ref
-    note = (
-        f"alone it ran {ref.alone_ms:.3g} ms a call against {step_ms:.3g} ms in the steps: "
-        "the added reference (priced in its step) is used"
-    )
+    alone = f"alone it ran {ref.alone_ms:.3g} ms a call against {step_ms:.3g} ms in the steps"
+    if ref.added_ms is not None:
+        off = abs(ref.added_ms - step_ms) - (ref.added_ms_hw or 0.0)
+        if off > PACE_TOL * step_ms:
+            note = (
+                f"{alone}, and each added copy {ref.added_ms:.3g} ± {ref.added_ms_hw or 0:.2g} "
+                "ms: no reference at the steps' pace"
+            )
+            return replace(ref, ref_j=None, ref_lo_j=None, ref_hi_j=None,
+                           ref_source="off pace", note=note)  # fmt: skip
+    note = f"{alone}: the added reference (priced in its step) is used"
     return replace(ref, ref_j=ref.added_j, ref_lo_j=ref.added_lo_j, ref_hi_j=ref.added_hi_j,
                    ref_source="added (pace)", note=note)  # fmt: skip
 
@@ -131,6 +140,12 @@ def phase_rows(
         ref = [_paced(refs["phases"].get(q), times_ms.get(q)) for q in parts]
         have = all(r is not None and r.ref_j is not None for r in ref) and n_occ
         ref_j = sum(r.ref_j for r in ref) if have else None
+        # The share only sorts the phase into the target's classes: without a reference it
+        # comes from the larger of the two ways (the class it could be in, at the most).
+        share_j, share_from = ref_j, "reference"
+        if ref_j is None and n_occ and all(ref):
+            ways = [max(r.alone_j or 0.0, r.added_j or 0.0) for r in ref]
+            share_j, share_from = (sum(ways), "max(alone, added)") if sum(ways) > 0 else (None, "")
         row = {
             "loop": loop,
             "method": method,
@@ -140,15 +155,17 @@ def phase_rows(
             "ref_alone_ms": _sum([r.alone_ms for r in ref]) if all(ref) else None,
             "ref_alone_j": _sum([r.alone_j for r in ref]) if all(ref) else None,
             "ref_added_j": _sum([r.added_j for r in ref]) if all(ref) else None,
+            "ref_added_ms": _sum([r.added_ms for r in ref]) if all(ref) else None,
             "ref_diff_pct": ref[0].diff_pct if len(ref) == 1 and ref[0] else None,
             "near_limit": any(r.near_limit for r in ref if r),
             "max_read_w": max((r.max_read_w or 0) for r in ref if r) if any(ref) else None,
             "ref_j": ref_j,
             "ref_source": "+".join(r.ref_source for r in ref if r),
             "ref_note": "; ".join(r.note for r in ref if r and r.note),
-            "share_pct": 100 * ref_j * n_occ / res.n_steps / per_step_j
-            if ref_j and per_step_j
+            "share_pct": 100 * share_j * n_occ / res.n_steps / per_step_j
+            if share_j and per_step_j
             else None,
+            "share_from": share_from,
             "resolved": bool(p.resolved),
             "estimate_j": p.energy_j / n_occ if p.resolved and n_occ else None,
             "lo_j": p.energy_lo_j / n_occ if p.resolved and n_occ else None,
@@ -193,12 +210,14 @@ def target(loop: str, rows: list[dict], target_pct: float, method: str = "regres
     fails, notes = [], []
     for r in reg:
         share = r.get("share_pct")
-        if share is None:
+        if share is None or share != share:  # None or NaN
             if r["ref_j"] is None:
                 fails.append(f"{r['phase']}: no reference")
             continue
         held = r.get("inside") or r.get("overlaps_ref_bound")
-        if share >= BIG_PCT:
+        if share >= BIG_PCT and r["ref_j"] is None:
+            fails.append(f"{r['phase']} (≤ {share:.0f} %): no reference ({r.get('ref_note')})")
+        elif share >= BIG_PCT:
             ok = r["resolved"] and abs(r.get("error_pct", np.inf)) <= target_pct and held
             if not ok:
                 why = (
@@ -252,6 +271,7 @@ def evaluate(
                     extra[f"{name} {method}"]["buffer_window_choice"] = res.diagnostics.get(
                         "buffer_window_choice"
                     )
+                    extra[f"{name} {method}"]["ref_closure"] = closure(refs, res, occ)
             rows += loop_rows
             for method in methods:
                 if method != "proportional":
@@ -262,6 +282,31 @@ def evaluate(
             why = f"{type(e).__name__}: {e}"
             targets.append({"loop": name, "method": "", "met": False, "fails": why})
     return rows, targets, extra
+
+
+def closure(refs: dict, res, occ: dict) -> dict:
+    """The references against the plain replayed cycle's energy: Σ phase reference × its
+    occurrences per cycle, plus the cycle's time outside the phases (the plain cycle's time
+    less the phases' time in the measured steps) at the idle power, over the plain cycle's
+    energy. A check of the references as a set (they price each phase in other conditions
+    than its steps: alone, or added); phases without a reference are listed, not summed."""
+    cyc = {p: r.occ for p, r in refs["phases"].items()}
+    times = {p.phase: 1e3 * p.time_s / occ[p.phase] for p in res.phases if occ.get(p.phase)}
+    summed, missing, phase_ms = 0.0, [], 0.0
+    for p, r in refs["phases"].items():
+        rr = _paced(r, times.get(p))
+        phase_ms += times.get(p, 0.0) * cyc[p]
+        if rr.ref_j is None:
+            missing.append(p)
+        else:
+            summed += rr.ref_j * cyc[p]
+    gap_ms = max(refs["plain_cycle_ms"] - phase_ms, 0.0)
+    gap_j = (refs["idle_w"] or 0.0) * gap_ms / 1e3
+    plain = refs["plain_cycle_j"]
+    return {"plain_cycle_j": plain, "plain_cycle_ms": refs["plain_cycle_ms"],
+            "refs_j": summed, "gap_ms": gap_ms, "gap_at_idle_j": gap_j,
+            "refs_over_plain_pct": 100 * (summed + gap_j) / plain if plain else None,
+            "without_reference": missing}  # fmt: skip
 
 
 def _sim_truth(fine_dir: Path) -> dict | None:
@@ -281,7 +326,8 @@ def _excite(fine_dir: Path, res) -> dict:
 
 
 def markdown(rows: list[dict], targets: list[dict]) -> str:
-    cols = ["loop", "method", "phase", "share_pct", "ref_alone_j", "ref_added_j", "ref_j",
+    cols = ["loop", "method", "phase", "share_pct", "time_ms", "ref_alone_ms", "ref_added_ms",
+            "ref_alone_j", "ref_added_j", "ref_source", "ref_j",
             "estimate_j", "error_pct", "half_width_pct", "inside", "overlaps_ref_bound",
             "resolved", "steps_to_resolve", "not_by_steps", "sim_error_pct",
             "sim_truth_inside"]  # fmt: skip

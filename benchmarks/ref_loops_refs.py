@@ -56,6 +56,10 @@ class PhaseReference:
     ref_hi_j: float | None
     ref_source: str
     note: str = ""
+    added_ms: float | None = None
+    """The added copies' time each: (the added cycle's time − the plain one's) / (k · occ)."""
+    added_ms_hw: float | None = None
+    """Half the plain windows' spread of time per cycle, / (k · occ): added_ms's uncertainty."""
 
     def row(self) -> dict:
         return asdict(self)
@@ -167,7 +171,9 @@ def references(ref_dir: Path, power_limit_w: float | None) -> dict:
     per = plain["e_j"] / plain["n"]
     plain_j = float(per.mean())
     drift_j = float(per.max() - per.min()) / 2 if len(per) > 1 else 0.0
-    plain_ms = float(1e3 * ((plain["t1_s"] - plain["t0_s"]) / plain["n"]).mean())
+    plain_each_ms = 1e3 * (plain["t1_s"] - plain["t0_s"]) / plain["n"]
+    plain_ms = float(plain_each_ms.mean())
+    plain_ms_hw = float(plain_each_ms.max() - plain_each_ms.min()) / 2
     out: dict[str, PhaseReference] = {}
     for phase in dict.fromkeys(wins.loc[wins["kind"] == "alone", "phase"]):
         a = wins[(wins["kind"] == "alone") & (wins["phase"] == phase)].iloc[0]
@@ -179,7 +185,7 @@ def references(ref_dir: Path, power_limit_w: float | None) -> dict:
         alo = alone_j - float(np.hypot(alone_j - alo, 2 * se * alone_j))
         ahi = alone_j + float(np.hypot(ahi - alone_j, 2 * se * alone_j))
         alone_ms = 1e3 * (a.t1_s - a.t0_s) / a.n
-        added = added_lo = added_hi = None
+        added = added_lo = added_hi = added_ms = added_ms_hw = None
         k, occ = int(a.occ), int(a.occ)
         if len(b):
             b = b.iloc[0]
@@ -190,12 +196,14 @@ def references(ref_dir: Path, power_limit_w: float | None) -> dict:
             lo_c = b.lo_j / b.n - (plain_j + drift_j + _plain_halfwidth(plain))
             hi_c = b.hi_j / b.n - (plain_j - drift_j - _plain_halfwidth(plain))
             added_lo, added_hi = lo_c / scale, hi_c / scale
+            added_ms = (1e3 * (b.t1_s - b.t0_s) / b.n - plain_ms) / scale
+            added_ms_hw = plain_ms_hw / scale
         diff = agree = None
         within_bound = False
         if added is not None and alone_j + added > 0:
             diff = 100.0 * (alone_j - added) / (0.5 * (alone_j + added))
-            within_bound = added_lo <= alone_j <= added_hi
-            agree = abs(diff) <= AGREE_PCT or within_bound
+            within_bound = bool(added_lo <= alone_j <= added_hi)
+            agree = bool(abs(diff) <= AGREE_PCT or within_bound)  # a bool: `agree is False`
         max_w = _max_read_w(samples, buffer, dev, float(a.t0_s), float(a.t1_s))
         near = bool(
             power_limit_w and max_w is not None and max_w >= NEAR_LIMIT_FRAC * power_limit_w
@@ -228,7 +236,7 @@ def references(ref_dir: Path, power_limit_w: float | None) -> dict:
             note = f"alone and added differ by {diff:+.1f} %: no reference"
         out[phase] = PhaseReference(
             phase, alone_j, alo, ahi, alone_ms, added, added_lo, added_hi, k, occ, diff, agree,
-            max_w, near, rj, rlo, rhi, src, note,
+            max_w, near, rj, rlo, rhi, src, note, added_ms, added_ms_hw,
         )  # fmt: skip
     return {
         "device": dev,

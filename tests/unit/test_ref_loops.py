@@ -111,3 +111,70 @@ def test_target_check():
     assert not bad["met"] and "a (80 %)" in bad["fails"] and "b (5 %)" in bad["fails"]
     outside = ev.target("L", [row("a", 30, True, 1.0, False)], 5.0)
     assert "outside" in outside["fails"]
+
+
+def _displace(model):
+    """What Lightning's `Strategy.teardown()` does to the model after `trainer.fit` on a GPU
+    (`lightning_module.cpu()`: off the loop's device), on a CPU: float64 stands in for "not
+    where build() put it", and breaks the replay the same way (weights unlike the input)."""
+    import torch
+
+    return model.to(torch.float64)
+
+
+def test_pl_resnet50_replay_runs_after_the_model_was_moved_off_its_device():
+    """The H200 run of 2026-12-02 failed pl_resnet50's references: the replay ran the model
+    Lightning had moved to the CPU. restore_placement() puts it back; the replay then runs
+    and its optimizer still steps the model's parameters."""
+    pytest.importorskip("timm")
+    import torch
+
+    defs = _mod("ref_loops_defs")
+    loop = defs.PlResNet50("cpu", smoke=True)
+    loop.build()
+    _displace(loop.model)
+    with pytest.raises(RuntimeError):
+        loop.cycle()[0][0][1](False)  # the forward, as the references replayed it
+    loop.reset()
+    loop.restore_placement()
+    assert all(p.dtype == torch.float32 and p.device == loop.device
+               for p in loop.model.parameters())  # fmt: skip
+    before = next(loop.model.parameters()).detach().clone()
+    for _, call in loop.cycle()[0]:
+        call(False)
+    assert not torch.equal(before, next(loop.model.parameters()).detach())  # the step moved it
+    loop.model.to(torch.float64)
+    with pytest.raises(RuntimeError, match="not on cpu in fp32"):
+        defs._check_placement(loop.model, loop.device)
+
+
+def test_pl_resnet50_smoke_runs_its_references_after_lightning_tears_down(tmp_path, monkeypatch):
+    """The whole path of the failure: the fine run through Lightning's Trainer, whose teardown
+    moves the model (here to float64, as `.cpu()` moves it off a GPU), then the references."""
+    pytest.importorskip("timm")
+    pl = pytest.importorskip("lightning.pytorch")
+    rl = _mod("ref_loops")
+    monkeypatch.setattr(pl.LightningModule, "cpu", _displace, raising=False)
+    out = tmp_path / "res"
+    assert rl.main(["--out", str(out), "--smoke", "--loops", "pl_resnet50"]) == 0
+    rows = pd.read_csv(out / "loops.csv")
+    assert list(rows["status"]) == ["ok"], rows["error"].tolist()
+    wins = pd.read_csv(out / "loops" / "pl_resnet50" / "ref" / "ref_windows.csv")
+    assert set(wins.loc[wins["kind"] == "alone", "phase"]) == {"forward", "backward", "optimizer"}
+
+
+def test_a_reference_off_the_steps_pace_both_ways_is_none():
+    """A phase whose alone replay and added copies both ran at another pace than in its steps
+    (the H200's tiny kernels: 1.06 ms in the steps, 6.25 ms alone, 4.8 ms per added copy) has
+    no reference; one whose added copies kept the pace takes the added one."""
+    refs = _mod("ref_loops_refs")
+    ev = _mod("ref_loops_eval")
+    base = dict(phase="tiny", alone_j=0.76, alone_lo_j=0.75, alone_hi_j=0.77, alone_ms=6.25,
+                added_j=0.71, added_lo_j=0.32, added_hi_j=1.10, k=5, occ=1, diff_pct=6.8,
+                agree=True, max_read_w=123.0, near_limit=False, ref_j=0.76, ref_lo_j=0.75,
+                ref_hi_j=0.77, ref_source="alone", added_ms=4.8, added_ms_hw=0.01)  # fmt: skip
+    off = ev._paced(refs.PhaseReference(**base), 1.06)
+    assert off.ref_j is None and off.ref_source == "off pace"
+    kept = ev._paced(refs.PhaseReference(**{**base, "added_ms": 1.1}), 1.06)
+    assert kept.ref_j == 0.71 and kept.ref_source == "added (pace)"
+    assert ev._paced(refs.PhaseReference(**{**base, "alone_ms": 1.1}), 1.06).ref_j == 0.76
