@@ -69,8 +69,8 @@ def synthetic():
                         lrows.append({"spec": spec, "precision": prec, "batch": b,
                                       "module": layer.module, "module_type": "",
                                       "self_s": t})  # fmt: skip
-                    half, fp32, other, nbytes = energy_terms(f)
-                    e = P_BASE_W * total + K_HALF * (half + fp32) + K_BYTE * nbytes
+                    half, tf32, fp32, other, nbytes = energy_terms(f)
+                    e = P_BASE_W * total + K_HALF * (half + tf32 + fp32) + K_BYTE * nbytes
                     mrows.append({"family": fam, "spec": spec, "precision": prec, "batch": b,
                                   "passes": 10, "s_per_pass": total, "energy_j": 10 * e,
                                   "protocol": "short", "status": "ok"})  # fmt: skip
@@ -141,6 +141,44 @@ def test_unmeasured_configurations_are_flagged_unvalidated(synthetic):
     fp32 = pred.predict(trace_model(z, 64, "fp32"), gpu)
     assert not fp32.validated and "no fp32 measurements" in fp32.notes[0]
     assert fp32.j_per_sample_hi / fp32.j_per_sample > np.exp(0.1)
+
+
+def test_fp32_conv_flops_are_tf32_apart_from_fp32_matmuls():
+    """float32 convolutions run on TF32 tensor cores and matmuls on the float32 units: their
+    FLOPs are separate energy terms, and a layer's terms add up to the pass's."""
+    from jouleprof.predict.layerwise import _layer_terms
+
+    z = ZooModel("t:cnnmlp", "file", "cnnmlp",
+                 lambda: nn.Sequential(nn.Conv2d(3, 8, 3), nn.Flatten(), nn.Linear(8 * 14 * 14, 10)),
+                 (3, 16, 16))  # fmt: skip
+    f = trace_model(z, 4, "fp32")
+    half, tf32, fp32, other, nbytes = energy_terms(f)
+    assert half == 0 and tf32 > 0 and fp32 > 0
+    conv = sum(o.flops for o in f.ops if o.category == "conv")
+    mm = sum(o.flops for o in f.ops if o.category == "matmul")
+    assert tf32 == pytest.approx(conv) and fp32 == pytest.approx(mm)
+    per_layer = sum(_layer_terms(lay) for lay in f.layers)
+    assert per_layer == pytest.approx(energy_terms(f))
+    bf = energy_terms(trace_model(z, 4, "bf16"))
+    assert bf[0] > 0 and bf[1] == 0 and bf[2] == 0
+
+
+def test_predictor_pickled_with_one_fp32_term_still_predicts(synthetic):
+    """A predictor saved before the TF32 term (4 coefficients after p) sums TF32 and fp32 FLOPs."""
+    from dataclasses import replace
+
+    from jouleprof.predict.fit import fit_layerwise
+
+    ds, gpu = synthetic
+    pred = fit_layerwise(ds, ds.models, gpu)
+    p, k_half, k_tf32, k_fp32, k_other, k_byte = pred.energy_coef
+    old = replace(pred, energy_coef=(p, k_half, k_fp32, k_other, k_byte))
+    f = ds.features("t:cnn16", "bf16", 64)  # no float32 tensor-core FLOPs: the same energy
+    assert old.predict(f, gpu).j_per_sample == pytest.approx(pred.predict(f, gpu).j_per_sample)
+    z = ZooModel("t:cnn16", "file", "t:cnn16", cnn(16), (3, 32, 32))
+    out = old.predict(trace_model(z, 8, "fp32"), gpu)
+    assert out.j_per_sample > 0
+    assert sum(lp.energy_j for lp in out.layers) == pytest.approx(out.j_per_sample * 8, rel=0.05)
 
 
 def test_shipped_predictor_predicts_an_unseen_model():

@@ -4,7 +4,9 @@
 
 The three parts are fitted in order: layer times (gradient-boosted trees on the per-layer CUDA
 event times), the pass-time map (least squares in log space on whole-model windows), the energy
-terms (non-negative least squares on relative error).
+terms (non-negative least squares on relative error). The energy fit's time column is the time
+model's own prediction for each training row, not the measured time: a prediction multiplies
+the base power by a predicted time, so the coefficients are fitted the way they are used.
 """
 
 from __future__ import annotations
@@ -108,8 +110,16 @@ def fit_layerwise(ds: Dataset, rows, gpu: GpuSpec, *, seed: int = 0,
     a = np.array([[1.0, math.log(terms[i][0]), math.log(max(terms[i][1], 1) * gpu.launch_s)]
                   for i in ok])  # fmt: skip
     coef, *_ = np.linalg.lstsq(a, np.log(t_meas), rcond=None)
+    # the time each training row is predicted to take, by the time model that ships
+    t_fit = []
+    for i, r in zip(ok, sub.itertuples(), strict=True):
+        if eff is not None:
+            t_fit.append(eff.pass_time(ds.features(r.spec, r.precision, int(r.batch)), gpu))
+        else:
+            lt = math.log(max(terms[i][1], 1) * gpu.launch_s)
+            t_fit.append(math.exp(coef[0] + coef[1] * math.log(terms[i][0]) + coef[2] * lt))
     # energy: relative residuals (each row divided by its measured energy), columns scaled
-    m = np.array([[t_meas[j], *terms[i][2]] for j, i in enumerate(ok)])
+    m = np.array([[t_fit[j], *terms[i][2]] for j, i in enumerate(ok)])
     scale = np.maximum(np.abs(m).max(axis=0), 1e-30)
     w = (m / scale) / e_pass[:, None]
     k, _ = nnls(w, np.ones(len(ok)))
@@ -118,6 +128,7 @@ def fit_layerwise(ds: Dataset, rows, gpu: GpuSpec, *, seed: int = 0,
             "families": sorted(set(sub["family"])),
             "precisions": sorted(set(sub["precision"])),
             "batches": sorted(int(b) for b in set(sub["batch"])),
+            "energy_time": "predicted",
             "configs": sorted({(str(p), int(b)) for p, b in zip(sub["precision"], sub["batch"],
                                                                 strict=True)})}  # fmt: skip
     return LayerwisePredictor(

@@ -7,8 +7,11 @@ Model (fitted on H200 measurements, `fit`):
   kind and precision, trained on each module's own time (CUDA events at module entry and exit);
 - pass time: log T = a + b·log(sum of layer times) + c·log(launches · launch_s), so launch
   gaps and the host's pace at small batches are learned from whole-model passes;
-- pass energy: E = p·T + k_half·F_tc,half + k_fp32·F_tc,fp32 + k_vec·F_other + k_mem·bytes
-  (non-negative least squares on whole-model windows; p·T carries the board's idle and base draw);
+- pass energy: E = p·T + k_half·F_tc,half + k_tf32·F_conv,fp32 + k_fp32·F_mm,fp32 + k_vec·F_other
+  + k_mem·bytes (non-negative least squares on whole-model windows, T the time model's own
+  prediction for each training row; p·T carries the board's idle and base draw). float32
+  convolutions run on TF32 tensor cores, float32 matmuls on the float32 units: a FLOP of each costs
+  a different energy, so they have separate terms;
 - interval: the quantiles of the log error on held-out architecture families.
 
 `RooflinePredictor` is what ships until measured data exists: roofline time with a launch floor,
@@ -98,19 +101,43 @@ def layer_matrix(feats: ModelFeatures, gpu: GpuSpec) -> tuple[np.ndarray, list]:
 
 
 def energy_terms(feats: ModelFeatures) -> np.ndarray:
-    """[F_tc,half, F_tc,fp32, F_other, bytes] of a pass (the energy model's non-time terms)."""
-    half = fp32 = other = 0.0
+    """[F_tc,half, F_tf32, F_tc,fp32, F_other, bytes] of a pass (the energy model's non-time
+    terms): tensor-core-kind FLOPs in half precision, float32 convolutions (TF32 tensor cores),
+    float32 matmuls and attention (float32 units), every other FLOP, bytes read and written."""
+    half = tf32 = fp32 = other = 0.0
     nbytes = 0.0
     for o in feats.ops:
         nbytes += o.bytes_read + o.bytes_written
         if o.category in TENSOR_CORE_CATEGORIES:
             if o.dtype in ("bfloat16", "float16"):
                 half += o.flops
+            elif o.category == "conv":
+                tf32 += o.flops
             else:
                 fp32 += o.flops
         else:
             other += o.flops
-    return np.array([half, fp32, other, nbytes])
+    return np.array([half, tf32, fp32, other, nbytes])
+
+
+def _layer_terms(layer) -> np.ndarray:
+    """energy_terms of one layer, from its FLOPs per category and its dtype."""
+    by = layer.flops_by_category
+    tc = sum(v for c, v in by.items() if c in TENSOR_CORE_CATEGORIES)
+    if layer.dtype in ("bfloat16", "float16"):
+        half, tf32, fp32 = tc, 0.0, 0.0
+    else:
+        half, tf32 = 0.0, by.get("conv", 0.0)
+        fp32 = tc - tf32
+    return np.array([half, tf32, fp32, layer.flops - tc, layer.bytes_total])
+
+
+def _fold_terms(k, terms: np.ndarray) -> np.ndarray:
+    """`terms` in the layout of the coefficients `k`: a predictor pickled before the TF32 term
+    had one fp32 tensor-core term (4 coefficients after p), the TF32 and fp32 FLOPs summed."""
+    if len(k) == len(terms):
+        return terms
+    return np.array([terms[0], terms[1] + terms[2], terms[3], terms[4]])
 
 
 def _predict_log_s(model, x: np.ndarray) -> np.ndarray:
@@ -162,8 +189,9 @@ class LayerwisePredictor:
     """A fitted regressor on LAYER_FEATURES -> log10(layer time, s)."""
     pass_coef: tuple[float, float, float]
     """(a, b, c) of log T = a + b·log(sum layer times) + c·log(launches·launch_s)."""
-    energy_coef: tuple[float, float, float, float, float]
-    """(p_w, k_half, k_fp32, k_other, k_byte): J per second, per FLOP (x3), per byte."""
+    energy_coef: tuple[float, ...]
+    """(p_w, k_half, k_tf32, k_fp32, k_other, k_byte): J per second, per FLOP (x4), per byte
+    (a predictor pickled before the TF32 term has (p_w, k_half, k_fp32, k_other, k_byte))."""
     log_err_q: dict[str, tuple[float, float]]
     """Per batch regime ("b1", "b<=16", "b>16"): 5th and 95th percentile of log(measured/predicted)
     J/sample on held-out families."""
@@ -188,15 +216,12 @@ class LayerwisePredictor:
             t_layers = 10.0 ** _predict_log_s(self.time_model, x)
             t = self.pass_time_s(float(t_layers.sum()), feats.launches, gpu)
         p, *k = self.energy_coef
-        terms = energy_terms(feats)
+        terms = _fold_terms(k, energy_terms(feats))
         e = p * t + float(np.dot(k, terms))
         scale = t / t_layers.sum() if t_layers.sum() > 0 else 0.0
         layers = []
         for (layer, b), tl in zip(keep, t_layers, strict=True):
-            tc = sum(v for c, v in layer.flops_by_category.items() if c in TENSOR_CORE_CATEGORIES)
-            half = layer.dtype in ("bfloat16", "float16")
-            el = (p * tl * scale + k[0] * tc * half + k[1] * tc * (not half)
-                  + k[2] * (layer.flops - tc) + k[3] * layer.bytes_total)  # fmt: skip
+            el = p * tl * scale + float(np.dot(k, _fold_terms(k, _layer_terms(layer))))
             layers.append(LayerPrediction(layer.module, layer.module_type, layer.flops,
                                           layer.bytes_total, layer.launches, b.roofline_s,
                                           b.bound, float(tl * scale), float(el)))  # fmt: skip
