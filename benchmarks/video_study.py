@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--size", type=int, default=112, help="frame side in pixels (GPU run)")
     ap.add_argument("--epochs", type=int, default=6, help="epochs of every search cell")
     ap.add_argument("--confirm-epochs", type=int, default=10)
-    ap.add_argument("--confirm-seeds", default="17,18")
+    ap.add_argument("--confirm-seeds", default="17,18,19", help="seeds of the confirmation runs")
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument(
         "--clips", default="960,240,240", help="synthetic clips in train,val,test (GPU run)"
