@@ -110,10 +110,22 @@ def delay_knots(t0_s: np.ndarray, t1_s: np.ndarray, delays: Delays):
     return knots, coefs
 
 
-def fit_powers(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def fit_powers(a: np.ndarray, b: np.ndarray, power_map: np.ndarray | None = None) -> np.ndarray:
     """Non-negative least squares: the phase powers (W) of weighted rows `a`, `b` (through
-    the normal equations, `nnls.nnls_rows`)."""
-    return nnls_rows(a, b)
+    the normal equations, `nnls.nnls_rows`). `power_map` (`floor_map`): the powers are
+    `power_map @ e` for the non-negative `e` fitted, which floors them (None: powers ≥ 0)."""
+    if power_map is None:
+        return nnls_rows(a, b)
+    return power_map @ nnls_rows(a @ power_map, b)
+
+
+def floor_map(n_cols: int, floor_col: int) -> np.ndarray:
+    """The `fit_powers` map that floors every power at column `floor_col`'s: power_j =
+    e_floor + e_j for j ≠ floor_col (all e ≥ 0), so no phase is fitted below the idle power
+    (`RegressionConfig.floor_at_idle`). The same rows and residuals, a smaller feasible set."""
+    m = np.eye(n_cols)
+    m[:, floor_col] = 1.0
+    return m
 
 
 @dataclass
@@ -137,6 +149,8 @@ class Placement:
     """How the energy the counter books trails the power drawn, as point delays (delay_s,
     weight) (`RegressionConfig.counter_tail_s`): a counter row [t0, t1] holds Σ weight ×
     the energy of [t0 − delay, t1 − delay]. NO_DELAY: the energy of [t0, t1] itself."""
+    power_map: np.ndarray | None = None
+    """The powers' floor as a `fit_powers` map (`floor_map`), or None (powers ≥ 0 only)."""
 
     def placed(self, theta: np.ndarray) -> SensorRows:
         r = self.rows
@@ -350,7 +364,7 @@ def refine(
     for _ in range(max_iter):
         x = pl.design(theta)
         y = pl.target(theta)
-        power = fit_powers(x * w[:, None], y * w)
+        power = fit_powers(x * w[:, None], y * w, pl.power_map)
         modelled = x @ power
         r = (y - modelled) * w
         # The shifts' central differences (a drift's is its shift's times u).

@@ -82,7 +82,7 @@ import numpy as np
 
 from jouleprof.attribution.bins import expand, split_bins
 from jouleprof.attribution.bootstrap import block_bootstrap, residual_block_s
-from jouleprof.attribution.common import EXCLUDED, Timeline
+from jouleprof.attribution.common import EXCLUDED, IDLE, Timeline
 from jouleprof.attribution.counter_scan import (
     OffsetScan,
     is_ambiguous,
@@ -98,6 +98,7 @@ from jouleprof.attribution.placement import (
     PARAMS,
     Placement,
     fit_powers,
+    floor_map,
     refine,
     row_weights,
 )
@@ -264,6 +265,12 @@ def _fit_pass(
     mid = rows.mid_s
     half = max(0.5 * float(mid[-1] - mid[0]), 1e-9)
     center = 0.5 * float(mid[-1] + mid[0])
+    idle = timeline.names.index(IDLE) if IDLE in timeline.names else None
+    floor = (
+        floor_map(len(cols), cols.index(idle))
+        if cfg.floor_at_idle and idle in cols and len(cols) > 1
+        else None
+    )
     pl = Placement(
         timeline,
         rows,
@@ -273,6 +280,7 @@ def _fit_pass(
         cfg.instant_kernel,
         cfg.buffer_kernel,
         delays,
+        floor,
     )
     kind_w = np.array(
         [cfg.counter_weight, cfg.instant_weight, cfg.average_weight, cfg.buffer_weight]
@@ -282,7 +290,7 @@ def _fit_pass(
     w = rows.weight
     theta = np.zeros(len(PARAMS))
     x, y = pl.design(theta), pl.target(theta)
-    power = fit_powers(x * w[:, None], y * w)
+    power = fit_powers(x * w[:, None], y * w, pl.power_map)
     w0 = cfg.instant_window_s
     fit_window = cfg.fit_instant_window and bool(np.any(rows.kind == INSTANT))
     has_counter = bool(np.any(rows.kind == COUNTER))
@@ -322,10 +330,10 @@ def _fit_pass(
         for _ in range(2 if cfg.reweight else 1):
             theta, theta_cov = refine(pl, w, theta, prior_sd, (lo, hi))
             x, y = pl.design(theta), pl.target(theta)
-            power = fit_powers(x * w[:, None], y * w)
+            power = fit_powers(x * w[:, None], y * w, pl.power_map)
             if cfg.reweight:
                 w = row_weights(pl, x, power, kind_w, theta)
-    power = fit_powers(x * w[:, None], y * w)
+    power = fit_powers(x * w[:, None], y * w, pl.power_map)
     return _Fit(pl, cover, theta, theta_cov, w, x, power, half, center, scale, prior_sd)
 
 
@@ -517,7 +525,9 @@ def _sensitivities(pl: Placement, x, w, theta, perturb, pls) -> list[np.ndarray]
             xs = x.copy()
             if m.any():
                 xs[m] = pl_s.design(th, sigma + sign * d_sigma, 1.0 + sign * d_stretch, only=m)
-            fits.append(fit_powers(xs * w[:, None], pl.target(th, 1.0 + sign * d_scale) * w))
+            fits.append(
+                fit_powers(xs * w[:, None], pl.target(th, 1.0 + sign * d_scale) * w, pl.power_map)
+            )
         sens.append(0.5 * (fits[0] - fits[1]))
     return sens
 
@@ -576,7 +586,11 @@ def _attribute_model(found: _Grids, timeline: Timeline, device: str, cfg: Regres
             block_s = cfg.block_s
             if cfg.block_from_residuals:
                 block_s = residual_block_s(rows.mid_s, b - a @ power, cfg.block_s)
-            boot, block = block_bootstrap(a, b, rows.mid_s, block_s, cfg.n_boot, cfg.seed)
+            m = pl.power_map
+            boot, block = block_bootstrap(
+                a if m is None else a @ m, b, rows.mid_s, block_s, cfg.n_boot, cfg.seed
+            )
+            boot = boot if m is None else boot @ m.T
     else:  # a fit that only chooses a setting: point estimates (intervals at their floor)
         boot, block, block_s = power[None, :], 0, None
 

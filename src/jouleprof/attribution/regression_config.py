@@ -153,6 +153,14 @@ class RegressionConfig:
     (`regression_choice`). On the kernel probe exponentials of τ 8–12 ms fitted alike, and on
     the H200 V-JEPA2 runs the 6 ms optimizer moved ~2.5 points a millisecond of τ on one run and
     under 1 on another (benchmarks/results/attr_vith_b8, session 7). Empty: the kernel as set."""
+    floor_at_idle: bool = False
+    """Fit no phase (nor the untracked time, the stall power or a bin) below the idle power:
+    each is the idle column's power plus a non-negative excess (`placement.floor_map`), on
+    the assumption that a GPU doing anything draws at least what it draws idle between steps.
+    Only where the analysed steps have idle time between them (an idle column). Off by
+    default: on the H200 reference loops it lifted the powers fitted below idle (user4's spin
+    70 → 119 W, pl_resnet50's stall 99 → 128 W) but moved no verdict, and it moved the V-JEPA2
+    optimizer 0.6–0.9 points further from its replay (benchmarks/results/ref_loops, "Tried")."""
     intervals: bool = True
     """False: point estimates only, without the bootstrap or the sensor model's spread (each
     interval at its floor). For the fits that only choose a setting."""
