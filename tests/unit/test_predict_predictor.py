@@ -148,9 +148,10 @@ def test_fp32_conv_flops_are_tf32_apart_from_fp32_matmuls():
     FLOPs are separate energy terms, and a layer's terms add up to the pass's."""
     from jouleprof.predict.layerwise import _layer_terms
 
-    z = ZooModel("t:cnnmlp", "file", "cnnmlp",
-                 lambda: nn.Sequential(nn.Conv2d(3, 8, 3), nn.Flatten(), nn.Linear(8 * 14 * 14, 10)),
-                 (3, 16, 16))  # fmt: skip
+    def cnnmlp():
+        return nn.Sequential(nn.Conv2d(3, 8, 3), nn.Flatten(), nn.Linear(8 * 14 * 14, 10))
+
+    z = ZooModel("t:cnnmlp", "file", "cnnmlp", cnnmlp, (3, 16, 16))
     f = trace_model(z, 4, "fp32")
     half, tf32, fp32, other, nbytes = energy_terms(f)
     assert half == 0 and tf32 > 0 and fp32 > 0
