@@ -59,7 +59,11 @@ class EfficiencyTimeModel:
 
     def pass_time(self, feats: ModelFeatures, gpu: GpuSpec) -> float:
         r, n = roof_groups(feats.ops, gpu)
-        tg, th = self.gpu_time(r, n), self.host_time(n, feats.module_calls)
+        return self.grouped_pass_time(r, n, feats.module_calls)
+
+    def grouped_pass_time(self, r: np.ndarray, launches: int, module_calls: int) -> float:
+        """`pass_time` from a pass's roof groups (`roof_groups`) and module calls."""
+        tg, th = self.gpu_time(r, launches), self.host_time(launches, module_calls)
         return (tg**K + th**K) ** (1 / K)
 
     def layer_times(self, feats: ModelFeatures, gpu: GpuSpec, modules: list[str]) -> np.ndarray:

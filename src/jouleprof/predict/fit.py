@@ -91,14 +91,16 @@ def fit_layerwise(ds: Dataset, rows, gpu: GpuSpec, *, seed: int = 0,
     tm = fit_time_model(x, y, seed)
     terms = _model_terms(ds, rows, gpu, tm)
     eff = None
+    grouped: dict[int, tuple] = {}  # row position -> (roof groups, launches, module calls)
     if time_kind == "efficiency":
         from jouleprof.predict.efficiency import fit_efficiency, roof_groups
 
         erows = []
-        for r in rows.itertuples():
+        for i, r in enumerate(rows.itertuples()):
             f = ds.features(r.spec, r.precision, int(r.batch))
             if f is not None:
                 g, n = roof_groups(f.ops, gpu)
+                grouped[i] = (g, n, f.module_calls)
                 erows.append((g, n, f.module_calls, float(r.s_per_pass)))
         eff = fit_efficiency(erows)
     ok = [i for i, t in enumerate(terms) if t is not None and t[0] > 0]
@@ -111,13 +113,10 @@ def fit_layerwise(ds: Dataset, rows, gpu: GpuSpec, *, seed: int = 0,
                   for i in ok])  # fmt: skip
     coef, *_ = np.linalg.lstsq(a, np.log(t_meas), rcond=None)
     # the time each training row is predicted to take, by the time model that ships
-    t_fit = []
-    for i, r in zip(ok, sub.itertuples(), strict=True):
-        if eff is not None:
-            t_fit.append(eff.pass_time(ds.features(r.spec, r.precision, int(r.batch)), gpu))
-        else:
-            lt = math.log(max(terms[i][1], 1) * gpu.launch_s)
-            t_fit.append(math.exp(coef[0] + coef[1] * math.log(terms[i][0]) + coef[2] * lt))
+    if eff is not None:
+        t_fit = [eff.grouped_pass_time(*grouped[i]) for i in ok]
+    else:
+        t_fit = np.exp(a @ coef)
     # energy: relative residuals (each row divided by its measured energy), columns scaled
     m = np.array([[t_fit[j], *terms[i][2]] for j, i in enumerate(ok)])
     scale = np.maximum(np.abs(m).max(axis=0), 1e-30)
