@@ -152,6 +152,11 @@ class Placement:
     power_map: np.ndarray | None = None
     """The powers' floor as a `fit_powers` map (`floor_map`), or None (powers ≥ 0 only)."""
 
+    def fit_powers(self, x: np.ndarray, y: np.ndarray, w: np.ndarray) -> np.ndarray:
+        """The phase powers (W) of design `x` and target `y` under row weights `w`, floored
+        as `power_map` says (`fit_powers`)."""
+        return fit_powers(x * w[:, None], y * w, self.power_map)
+
     def placed(self, theta: np.ndarray) -> SensorRows:
         r = self.rows
         counter = r.kind == COUNTER
@@ -364,7 +369,7 @@ def refine(
     for _ in range(max_iter):
         x = pl.design(theta)
         y = pl.target(theta)
-        power = fit_powers(x * w[:, None], y * w, pl.power_map)
+        power = pl.fit_powers(x, y, w)
         modelled = x @ power
         r = (y - modelled) * w
         # The shifts' central differences (a drift's is its shift's times u).

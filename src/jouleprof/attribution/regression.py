@@ -97,7 +97,6 @@ from jouleprof.attribution.placement import (
     NO_DELAY,
     PARAMS,
     Placement,
-    fit_powers,
     floor_map,
     refine,
     row_weights,
@@ -290,7 +289,7 @@ def _fit_pass(
     w = rows.weight
     theta = np.zeros(len(PARAMS))
     x, y = pl.design(theta), pl.target(theta)
-    power = fit_powers(x * w[:, None], y * w, pl.power_map)
+    power = pl.fit_powers(x, y, w)
     w0 = cfg.instant_window_s
     fit_window = cfg.fit_instant_window and bool(np.any(rows.kind == INSTANT))
     has_counter = bool(np.any(rows.kind == COUNTER))
@@ -330,10 +329,10 @@ def _fit_pass(
         for _ in range(2 if cfg.reweight else 1):
             theta, theta_cov = refine(pl, w, theta, prior_sd, (lo, hi))
             x, y = pl.design(theta), pl.target(theta)
-            power = fit_powers(x * w[:, None], y * w, pl.power_map)
+            power = pl.fit_powers(x, y, w)
             if cfg.reweight:
                 w = row_weights(pl, x, power, kind_w, theta)
-    power = fit_powers(x * w[:, None], y * w, pl.power_map)
+    power = pl.fit_powers(x, y, w)
     return _Fit(pl, cover, theta, theta_cov, w, x, power, half, center, scale, prior_sd)
 
 
@@ -525,9 +524,7 @@ def _sensitivities(pl: Placement, x, w, theta, perturb, pls) -> list[np.ndarray]
             xs = x.copy()
             if m.any():
                 xs[m] = pl_s.design(th, sigma + sign * d_sigma, 1.0 + sign * d_stretch, only=m)
-            fits.append(
-                fit_powers(xs * w[:, None], pl.target(th, 1.0 + sign * d_scale) * w, pl.power_map)
-            )
+            fits.append(pl.fit_powers(xs, pl.target(th, 1.0 + sign * d_scale), w))
         sens.append(0.5 * (fits[0] - fits[1]))
     return sens
 
