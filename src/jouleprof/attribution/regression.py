@@ -93,6 +93,7 @@ from jouleprof.attribution.counter_scan import (
 from jouleprof.attribution.grid import JitterGrid, device_grids, with_power_pieces
 from jouleprof.attribution.kernels import counter_delays
 from jouleprof.attribution.parallel import PrefetchingFit
+from jouleprof.attribution.pinned import pinned_spread
 from jouleprof.attribution.placement import (
     NO_DELAY,
     PARAMS,
@@ -122,6 +123,7 @@ from jouleprof.attribution.regression_results import (  # noqa: F401  (re-export
     _joint_results,
     _phase_results,
     _power_ceiling_w,
+    _power_floor_w,
     _refresh_coverage,
     _terms,
 )
@@ -628,6 +630,24 @@ def _attribute_model(found: _Grids, timeline: Timeline, device: str, cfg: Regres
         )
     ceiling_w = _power_ceiling_w(dev, timeline, found.buffer)
     col_of = {timeline.names[j]: i for i, j in enumerate(cols)}
+    # A phase fitted at an impossible power leaves its neighbours leaning on a freedom the
+    # bootstrap cannot see: their intervals carry the move of pinning it within physical bounds.
+    pinned_names: list[str] = []
+    if cfg.intervals:
+        idle_col = col_of.get(IDLE)
+        floor_w = _power_floor_w(dev, timeline)
+        skip = {idle_col} if idle_col is not None else set()
+        with stage("unphysical phases pinned"):
+            pin_rows, pin_cols = pinned_spread(a, b, power, ceiling_w, floor_w, skip)
+        if pin_rows:
+            sens_w = np.vstack([sens_w, *pin_rows])
+            pinned_names = [timeline.names[cols[c]] for c in pin_cols]
+            notes.append(
+                "fitted at an unphysical power: "
+                + ", ".join(pinned_names)
+                + f"; every interval carries how the fit moves with each of them pinned between "
+                f"{floor_w:.0f} W and the {ceiling_w:.0f} W ceiling"
+            )
     terms = _terms(labelled, split, col_of, members)
     results, step_e, step_lo, step_hi, unphysical = _phase_results(
         reported,
@@ -661,6 +681,7 @@ def _attribute_model(found: _Grids, timeline: Timeline, device: str, cfg: Regres
         },
         "fitted_power_w": {timeline.names[j]: float(power[i]) for i, j in enumerate(cols)},
         "grid_sd_w": {timeline.names[j]: float(sys_sd_w[i]) for i, j in enumerate(cols)},
+        "pinned_unphysical": pinned_names,
         "rows_per_label": {timeline.names[j]: int(cover[j]) for j in cols},
         "n_boot": cfg.n_boot,
         "block_rows": block,

@@ -188,6 +188,20 @@ def _power_ceiling_w(dev, timeline: Timeline, buffer=None) -> float | None:
     return CEILING_MARGIN * max(peaks) if peaks else None
 
 
+def _power_floor_w(dev, timeline: Timeline) -> float:
+    """The least power any phase could draw: the lowest power reading of the analysed region
+    (0 W when no power field was read). Each reading averages some window of the phases, so
+    no phase drew less than the lowest of them for the whole of one."""
+    t0, t1 = timeline.region_s
+    inside = dev[(dev["t_s"] >= t0) & (dev["t_s"] <= t1)]
+    lows = [
+        float(inside[c].min())
+        for c in ("power_instant_w", "power_w")
+        if c in inside.columns and inside[c].notna().any()
+    ]
+    return max(min(lows), 0.0) if lows else 0.0
+
+
 def _adjacent_pairs(timeline: Timeline) -> dict[frozenset[str], int]:
     """How often two in-step labels follow each other directly on the timeline."""
     names, labels = timeline.names, timeline.labels
@@ -281,18 +295,23 @@ def _demote_partners(results, joint, unphysical: set[str], n_steps: int, device:
     the EMA beside it was fitted at 1046 W; the pair was within 7 %."""
     by_name = {r.phase: r for r in results}
     demote: dict[str, str] = {}
+    also: dict[str, str] = {}  # already unresolved: say which neighbour it leans on
     for row in joint:
         members = row.phase.split("+")
         for a in members:
             for b in members:
                 ra, rb = by_name.get(a), by_name.get(b)
-                if a == b or ra is None or rb is None or not ra.resolved:
+                if a == b or ra is None or rb is None or b not in unphysical:
                     continue
-                if b in unphysical:
+                if ra.resolved:
                     demote[a] = (
                         f"its neighbour {b}'s fit is unphysical ({rb.note}), so the two traded "
                         f"energy: only {row.phase} is measured"
                     )
+                elif a not in unphysical and a not in also:
+                    also[a] = f"its neighbour {b}'s fit is unphysical: only {row.phase} is measured"
+    results = [replace(r, note=f"{also[r.phase]}; {r.note}") if r.phase in also else r
+               for r in results]  # fmt: skip
     return [
         replace(
             unresolved(r.phase, r.time_s, n_steps, METHOD, demote[r.phase], device),
