@@ -107,6 +107,9 @@ def main(argv=None) -> int:
 
         reg.pinned_spread = lambda *a, **k: ([], [])
     args.out.mkdir(parents=True, exist_ok=True)
+    from jouleprof.bench.provenance import benchmark_meta, write_meta
+
+    meta = benchmark_meta(["python3", "benchmarks/first_run_coverage.py", *sys.argv[1:]], (), ROOT)
     t0 = time.time()
     rows = []
     for run in args.runs:
@@ -118,25 +121,17 @@ def main(argv=None) -> int:
     df.to_csv(args.out / "rows.csv", index=False)
     summary = summarize(df)
     (args.out / "summary.json").write_text(json.dumps(summary, indent=1))
-    meta = {
-        "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "command": "python3 benchmarks/first_run_coverage.py " + " ".join(sys.argv[1:]),
-        "runs": [str(r) for r in args.runs],
-        "seeds": args.seeds,
-        "pinned_spread": not args.no_pin,
-        "wall_s": round(time.time() - t0, 1),
-        "gpu": None,
-        "source": "simulated GPU driven by CPU runs' recorded spans",
-    }
-    try:
-        import subprocess
-
-        meta["git_commit"] = subprocess.run(
-            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=ROOT
-        ).stdout.strip()
-    except OSError:
-        pass
-    (args.out / "meta.json").write_text(json.dumps(meta, indent=1))
+    write_meta(
+        args.out,
+        {
+            **meta,
+            "runs": [str(r) for r in args.runs],
+            "seeds": args.seeds,
+            "pinned_spread": not args.no_pin,
+            "wall_s": round(time.time() - t0, 1),
+            "source": "simulated GPU driven by CPU runs' recorded spans",
+        },
+    )
     a = summary["all"]
     print(
         f"{a['resolved_rows']} resolved rows: {a['coverage_pct']:.1f}% inside their 95% "

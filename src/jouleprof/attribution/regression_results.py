@@ -169,19 +169,26 @@ field averages ~25 ms, so a short phase can peak above it) before the fit is cal
 unphysical."""
 
 
+def _power_fields_in_region(dev, timeline: Timeline) -> list:
+    """The power fields' readings (instant, average) inside the analysed region, one Series per
+    field read there."""
+    t0, t1 = timeline.region_s
+    inside = dev[(dev["t_s"] >= t0) & (dev["t_s"] <= t1)]
+    return [
+        inside[c]
+        for c in ("power_instant_w", "power_w")
+        if c in inside.columns and inside[c].notna().any()
+    ]
+
+
 def _power_ceiling_w(dev, timeline: Timeline, buffer=None) -> float | None:
     """The most power any phase could draw: the highest power reading of the analysed
     region, times CEILING_MARGIN; None when no power field was read. `buffer` (the device's
     power-buffer samples, ~20 ms each) counts too: an H200 draws above its limit for tens of
     milliseconds, and the buffer sees more of such a burst than the instant field does."""
-    t0, t1 = timeline.region_s
-    inside = dev[(dev["t_s"] >= t0) & (dev["t_s"] <= t1)]
-    peaks = [
-        float(inside[c].max())
-        for c in ("power_instant_w", "power_w")
-        if c in inside.columns and inside[c].notna().any()
-    ]
+    peaks = [float(f.max()) for f in _power_fields_in_region(dev, timeline)]
     if buffer is not None and len(buffer):
+        t0, t1 = timeline.region_s
         b = buffer[(buffer["t_s"] >= t0) & (buffer["t_s"] <= t1)]["power_w"]
         if b.notna().any():
             peaks.append(float(b.max()))
@@ -192,13 +199,7 @@ def _power_floor_w(dev, timeline: Timeline) -> float:
     """The least power any phase could draw: the lowest power reading of the analysed region
     (0 W when no power field was read). Each reading averages some window of the phases, so
     no phase drew less than the lowest of them for the whole of one."""
-    t0, t1 = timeline.region_s
-    inside = dev[(dev["t_s"] >= t0) & (dev["t_s"] <= t1)]
-    lows = [
-        float(inside[c].min())
-        for c in ("power_instant_w", "power_w")
-        if c in inside.columns and inside[c].notna().any()
-    ]
+    lows = [float(f.min()) for f in _power_fields_in_region(dev, timeline)]
     return max(min(lows), 0.0) if lows else 0.0
 
 
@@ -310,8 +311,6 @@ def _demote_partners(results, joint, unphysical: set[str], n_steps: int, device:
                     )
                 elif a not in unphysical and a not in also:
                     also[a] = f"its neighbour {b}'s fit is unphysical: only {row.phase} is measured"
-    results = [replace(r, note=f"{also[r.phase]}; {r.note}") if r.phase in also else r
-               for r in results]  # fmt: skip
     return [
         replace(
             unresolved(r.phase, r.time_s, n_steps, METHOD, demote[r.phase], device),
@@ -322,6 +321,8 @@ def _demote_partners(results, joint, unphysical: set[str], n_steps: int, device:
             noise_hw_j=r.noise_hw_j,
         )
         if r.phase in demote
+        else replace(r, note=f"{also[r.phase]}; {r.note}")
+        if r.phase in also
         else r
         for r in results
     ]
