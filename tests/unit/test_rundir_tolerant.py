@@ -269,3 +269,15 @@ def test_a_damaged_span_row_with_a_control_character_after_its_step(tmp_path):
     df = rd.read_spans()
     assert list(df["step"]) == [1]  # step 0 lost a row: left out whole; "²" names no step
     assert any("left out step(s) [0]" in n for n in rd.notes)
+
+
+def test_a_damaged_row_holding_a_stray_quote_does_not_swallow_the_rows_after_it(tmp_path):
+    # hypothesis found this one: a row reading only `"` opened a quoted field that ran to the
+    # end of the file, and every row after it was lost
+    head = ",".join(SPAN_COLUMNS)
+    rows = ["0,data,0.0,0.1,,", '"', "1,data,0.2,0.3,,", "2,data,0.4,0.5,,"]
+    (tmp_path / "spans.csv").write_text("\n".join([head, *rows]) + "\n")
+    rd = RunDir(tmp_path)
+    df = rd.read_spans()
+    assert list(df["step"]) == [0, 1, 2]
+    assert any("wrong number of fields" in n for n in rd.notes)

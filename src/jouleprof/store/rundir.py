@@ -298,11 +298,12 @@ def read_csv_tolerant(
             f"{path} lacks the columns {missing} (its header: {header[:12]}): it is not a "
             "jouleprof table, or its first line was damaged"
         )
-    body = "\n".join(lines[1:])
     fast = _read_fast(lines, header, key)
     if fast is not None:
         return fast, notes
-    rows = list(csv.reader(io.StringIO(body))) if body else []
+    # Line by line: a damaged line's stray quote must not open a field that swallows the rest
+    # of the file (seen: a spans row reading only `"` lost every row after it).
+    rows = [next(csv.reader([ln]), []) for ln in lines[1:]]
     n = len(header)
     whole = [r for r in rows if len(r) == n]
     if dropped is not None:
