@@ -6,6 +6,12 @@
 #   benchmarks/video_gpu.sh study OUT   call 2: resumes the study (learning rates left, precision
 #                                       and checkpointing ablation, confirmation), from the call-1
 #                                       study committed under benchmarks/results/video_study/h200
+#   benchmarks/video_gpu.sh rest OUT    the probe cells left (within JP_PROBE_S s), then the
+#                                       study resumed (within JP_STUDY_S s), both kept in
+#                                       JP_STATE (default /tmp/jp_video_state): a next call on the
+#                                       same warm machine resumes where this one stopped; a fresh
+#                                       machine starts again from the committed probe.csv and
+#                                       study. OUT gets vp.tar.gz and vs.tar.gz of the state.
 # Wheels (bitsandbytes for qlora/int8, hiera-transformer for hiera-b) come on PYTHONPATH; call 2
 # needs none. OUT ends with a few archives and logs (each well under 16 MiB).
 set -uo pipefail
@@ -38,8 +44,33 @@ study)
         --budget-s "$(b 430)" "${STUDY[@]}" ${JP_STUDY_ARGS:-} >"$OUT/study.log" 2>&1
     echo "study rc $?" >>"$OUT/study.log"
     ;;
+rest)
+    STATE=${JP_STATE:-/tmp/jp_video_state}
+    mkdir -p "$STATE"
+    if [ -d benchmarks/results/video_study/h200 ] && [ ! -d "$STATE/vs" ]; then
+        cp -r benchmarks/results/video_study/h200 "$STATE/vs"
+    fi
+    PROBE_S=${JP_PROBE_S:-300}
+    STUDY_S=${JP_STUDY_S:-0}
+    if [ "$PROBE_S" -gt 0 ]; then
+        timeout -k 15 "$((PROBE_S + 60))" python3 benchmarks/video_probe.py --out "$STATE/vp" \
+            --stages probe --batch-sizes 4,1 --timed-s 3 --cells-per-process 48 \
+            --budget-s "$PROBE_S" --done benchmarks/results/video_probe/probe/probe.csv \
+            ${JP_PROBE_ARGS:-} >>"$STATE/probe.log" 2>&1
+        echo "probe rc $? at $(date -u +%FT%TZ)" >>"$STATE/probe.log"
+    fi
+    if [ "$STUDY_S" -gt 0 ]; then
+        timeout -k 15 "$((STUDY_S + 80))" python3 benchmarks/video_study.py --out "$STATE/vs" \
+            --budget-s "$STUDY_S" "${STUDY[@]}" ${JP_STUDY_ARGS:-} >>"$STATE/study.log" 2>&1
+        echo "study rc $? at $(date -u +%FT%TZ)" >>"$STATE/study.log"
+    fi
+    cp "$STATE/probe.log" "$STATE/vp/" 2>/dev/null
+    cp "$STATE/study.log" "$STATE/vs/" 2>/dev/null
+    [ -d "$STATE/vp" ] && tar czf "$OUT/vp.tar.gz" -C "$STATE" vp
+    rm -rf "$OUT/vs" && cp -r "$STATE/vs" "$OUT/vs"
+    ;;
 *)
-    echo "unknown call $WHAT: probe or study" >&2
+    echo "unknown call $WHAT: probe, study or rest" >&2
     exit 2
     ;;
 esac
