@@ -7,6 +7,10 @@
 The weights are quantized when the model moves to the GPU (bitsandbytes' own behaviour), so
 `quantize_linears` runs on the CPU model and the caller moves it. Biases stay float and can
 train (BitFit on an int8 base).
+
+bitsandbytes' CUDA int8 matmul takes inputs of two or three dimensions only, and Swin3D's MLPs
+pass (B, T, H, W, C): the 8-bit layer here (`int8_linear_class`) folds the leading dimensions
+into one around the base layer's forward and unfolds them after.
 """
 
 from __future__ import annotations
@@ -24,6 +28,30 @@ def _bnb():
             "4-bit / 8-bit bases need bitsandbytes: pip install 'jouleprof[quant]' (and a CUDA GPU)"
         ) from e
     return bnb
+
+
+_INT8_LINEAR = None
+
+
+def int8_linear_class():
+    """`bnb.nn.Linear8bitLt` taking inputs of any rank (the module docstring); made once, so
+    that PEFT's dispatch (an isinstance check on Linear8bitLt) and pickling see one class."""
+    global _INT8_LINEAR
+    if _INT8_LINEAR is None:
+        bnb = _bnb()
+
+        class Linear8bitLtND(bnb.nn.Linear8bitLt):
+            """Linear8bitLt over the last dimension of an input of any rank."""
+
+            def forward(self, x):
+                if x.dim() <= 3:
+                    return super().forward(x)
+                lead = x.shape[:-1]
+                return super().forward(x.reshape(-1, x.shape[-1])).reshape(*lead, -1)
+
+        Linear8bitLtND.__qualname__ = Linear8bitLtND.__name__
+        _INT8_LINEAR = Linear8bitLtND
+    return _INT8_LINEAR
 
 
 def quantize_linears(model: nn.Module, bits: int, compute_dtype, skip: tuple[str, ...]) -> int:
@@ -55,7 +83,7 @@ def quantize_linears(model: nn.Module, bits: int, compute_dtype, skip: tuple[str
                 module=q,
             )
         else:
-            q = bnb.nn.Linear8bitLt(
+            q = int8_linear_class()(
                 lin.in_features,
                 lin.out_features,
                 bias=has_bias,
