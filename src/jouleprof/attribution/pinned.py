@@ -26,18 +26,27 @@ UNIFORM_SD = 1.0 / np.sqrt(12.0)
 """The standard deviation of a value uniform over a range of width 1."""
 
 
+def unphysical_side(power_w: float, ceiling_w: float | None) -> str | None:
+    """Where a fitted power leaves the physical range: "floor" at or below 0 W, "ceiling"
+    above `ceiling_w` (the most the sensor read; None: unknown), None inside it. The one test
+    of "unphysical" for the spread here and the phase rows' notes (`regression_results`)."""
+    if power_w <= 0.0:
+        return "floor"
+    if ceiling_w is not None and power_w > ceiling_w:
+        return "ceiling"
+    return None
+
+
 def unphysical_columns(
     power_w: np.ndarray, ceiling_w: float | None, skip: set[int] | frozenset[int] = frozenset()
 ) -> list[int]:
-    """Columns (indices into `power_w`) fitted at or below 0 W or above `ceiling_w`, except
+    """Columns (indices into `power_w`) whose power is unphysical (`unphysical_side`), except
     those in `skip` (the idle column, whose power is a floor and not a phase's)."""
-    out = []
-    for i, p in enumerate(np.asarray(power_w, dtype=float)):
-        if i in skip:
-            continue
-        if p <= 0.0 or (ceiling_w is not None and p > ceiling_w):
-            out.append(i)
-    return out
+    return [
+        i
+        for i, p in enumerate(np.asarray(power_w, dtype=float))
+        if i not in skip and unphysical_side(float(p), ceiling_w) is not None
+    ]
 
 
 def pinned_fit(a: np.ndarray, b: np.ndarray, col: int, power_w: float) -> np.ndarray:

@@ -17,6 +17,7 @@ from scipy.stats import norm
 
 from jouleprof.attribution.bins import expand
 from jouleprof.attribution.common import IDLE, Timeline
+from jouleprof.attribution.pinned import unphysical_side
 from jouleprof.attribution.result import PhaseResult, pct_text, unresolved
 from jouleprof.attribution.stall import StallSplit
 from jouleprof.sensors.refresh import RefreshEstimate
@@ -110,12 +111,13 @@ def _phase_results(
         else:
             power_w = e / time_s if time_s > 0 else 0.0
         why = None
+        side = unphysical_side(power_w, ceiling_w)
         if n_cover < cfg.min_rows:
             why = f"only {n_cover} sensor intervals overlap it (need {cfg.min_rows})"
-        elif power_w <= 0:
+        elif side == "floor":
             why = "the fit pins its power at 0 W: the data cannot separate it from its neighbours"
             unphysical.add(name)
-        elif ceiling_w is not None and power_w > ceiling_w:
+        elif side == "ceiling":
             why = (
                 f"its fitted power {power_w:.0f} W is above any the sensor read "
                 f"(ceiling {ceiling_w:.0f} W): it absorbs a neighbour's energy"
