@@ -21,14 +21,15 @@ mkdir -p "$OUT"
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
 export JP_COMMIT=${JP_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}
 STUDY=(--models videomae-b,swin3d-b --methods full,lora)
+PROBE=(--batch-sizes 4,1 --timed-s 3 --cells-per-process 48
+       --done benchmarks/results/video_probe/probe/probe.csv)  # the probe's protocol, every call
 SCALE=${JP_VIDEO_SCALE:-1}  # budgets x SCALE (CPU rehearsals: small)
 b() { python3 -c "print(int($1 * $SCALE))"; }
 case $WHAT in
 probe)
     timeout -k 15 "$(b 215)" python3 benchmarks/video_probe.py --out "$OUT/vp" \
-        --stages infer,probe --infer-models hiera-b --batch-sizes 4,1 --timed-s 3 \
-        --cells-per-process 48 --budget-s "$(b 170)" \
-        --done benchmarks/results/video_probe/probe/probe.csv ${JP_PROBE_ARGS:-} \
+        --stages infer,probe --infer-models hiera-b "${PROBE[@]}" --budget-s "$(b 170)" \
+        ${JP_PROBE_ARGS:-} \
         >"$OUT/probe.log" 2>&1
     echo "probe rc $?" >>"$OUT/probe.log"
     timeout -k 15 "$(b 275)" python3 benchmarks/video_study.py --out "$OUT/vs" --lr-only \
@@ -54,9 +55,8 @@ rest)
     STUDY_S=${JP_STUDY_S:-0}
     if [ "$PROBE_S" -gt 0 ]; then
         timeout -k 15 "$((PROBE_S + 60))" python3 benchmarks/video_probe.py --out "$STATE/vp" \
-            --stages probe --batch-sizes 4,1 --timed-s 3 --cells-per-process 48 \
-            --budget-s "$PROBE_S" --done benchmarks/results/video_probe/probe/probe.csv \
-            ${JP_PROBE_ARGS:-} >>"$STATE/probe.log" 2>&1
+            --stages probe "${PROBE[@]}" --budget-s "$PROBE_S" ${JP_PROBE_ARGS:-} \
+            >>"$STATE/probe.log" 2>&1
         echo "probe rc $? at $(date -u +%FT%TZ)" >>"$STATE/probe.log"
     fi
     if [ "$STUDY_S" -gt 0 ]; then

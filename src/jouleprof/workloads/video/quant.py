@@ -34,8 +34,9 @@ _INT8_LINEAR = None
 
 
 def int8_linear_class():
-    """`bnb.nn.Linear8bitLt` taking inputs of any rank (the module docstring); made once, so
-    that PEFT's dispatch (an isinstance check on Linear8bitLt) and pickling see one class."""
+    """`bnb.nn.Linear8bitLt` taking inputs of any rank (the module docstring), a subclass so
+    that PEFT's dispatch (an isinstance check on Linear8bitLt) wraps it as it wraps its base;
+    made once, on first use (bitsandbytes is imported only where an 8-bit base is asked for)."""
     global _INT8_LINEAR
     if _INT8_LINEAR is None:
         bnb = _bnb()
@@ -49,7 +50,6 @@ def int8_linear_class():
                 lead = x.shape[:-1]
                 return super().forward(x.reshape(-1, x.shape[-1])).reshape(*lead, -1)
 
-        Linear8bitLtND.__qualname__ = Linear8bitLtND.__name__
         _INT8_LINEAR = Linear8bitLtND
     return _INT8_LINEAR
 
