@@ -210,16 +210,31 @@ def _meta(args, out: Path, device: str) -> dict:
     return meta
 
 
-def plan(models, tiers, done: set[str]):
+def plan(models, tiers, done: set[str], protocol: str = "short"):
     """(family, spec, precision, batch) in PLAN order, each configuration once, none done."""
     out, seen = [], set(done)
     for prec, b, first in tiers:
         for fam, spec in models[:first]:
-            cid = config_id(spec, prec, b)
+            cid = config_id(spec, prec, b, protocol)
             if cid not in seen:
                 seen.add(cid)
                 out.append((fam, spec, prec, b))
     return out
+
+
+def parse_tiers(text: str) -> list[tuple[str, int, int | None]]:
+    """'bf16:1,fp32:64:20' -> [("bf16", 1, None), ("fp32", 64, 20)] (precision:batch[:models])."""
+    tiers = []
+    for item in filter(None, (t.strip() for t in text.split(","))):
+        parts = item.split(":")
+        if len(parts) not in (2, 3) or parts[0] not in ("bf16", "fp16", "fp32"):
+            raise SystemExit(f"--tiers: {item!r} is not PRECISION:BATCH[:MODELS] (e.g. bf16:1)")
+        try:
+            nums = [int(x) for x in parts[1:]]
+        except ValueError:
+            raise SystemExit(f"--tiers: {item!r}: BATCH and MODELS must be integers") from None
+        tiers.append((parts[0], nums[0], nums[1] if len(nums) == 2 else None))
+    return tiers
 
 
 def safe_name(spec: str) -> str:
@@ -283,6 +298,12 @@ def main(argv=None) -> int:
     )
     ap.add_argument("--window-s", type=float, default=1.5, help="measured window per config")
     ap.add_argument(
+        "--tiers",
+        default=None,
+        help="PRECISION:BATCH[:MODELS],... instead of PLAN (e.g. bf16:1 re-measures batch 1); "
+        "a --window-s of at least --protocol-s labels the rows protocol 'full'",
+    )
+    ap.add_argument(
         "--settle-s",
         type=float,
         default=0.0,
@@ -318,6 +339,8 @@ def main(argv=None) -> int:
         print("no CUDA GPU: running the smoke configuration on the CPU", file=sys.stderr)
     device = "cpu" if smoke else "cuda"
     models, tiers = (SMOKE_MODELS, SMOKE_PLAN) if smoke else (MODELS, PLAN)
+    if args.tiers:
+        tiers = parse_tiers(args.tiers)
     checks = [] if smoke else CHECKS[: args.checks]
     e2e = (SMOKE_E2E if smoke else E2E)[: args.e2e]
     window_s, protocol_s = (0.2, 0.4) if smoke else (args.window_s, args.protocol_s)
@@ -339,7 +362,9 @@ def main(argv=None) -> int:
         meta["autocast_casts_per_pass"] = f"unavailable: {type(e).__name__}: {e}"
     (out / f"meta_{run_name}.json").write_text(json.dumps(meta, indent=2))
     models_csv = out / "models.csv"
-    todo = plan(models, tiers, done_ids(models_csv))
+    # the windows' protocol: "full" once they are as long as `jouleprof infer`'s own (>= 6 s)
+    main_protocol = "full" if window_s >= protocol_s else "short"
+    todo = plan(models, tiers, done_ids(models_csv), main_protocol)
     mrows, lrows = Rows(models_csv, MODEL_COLUMNS), Rows(out / "layers.csv", LAYER_COLUMNS)
     t_start = time.perf_counter()
     cache: dict[str, tuple] = {}
@@ -383,7 +408,7 @@ def main(argv=None) -> int:
                            s_per_pass=w.window_s / w.passes, t0_s=w.t0_s, t1_s=w.t1_s)  # fmt: skip
                 if device == "cuda":
                     row["peak_mem_bytes"] = torch.cuda.max_memory_allocated()
-                    if protocol == "short" and args.layer_passes > 0:
+                    if protocol == "short" and args.layer_passes > 0:  # layers once, short only
                         sync = torch.cuda.synchronize
                         with inference_context(prec, x.device):
                             lay = timed_layers(model, x, run_pass, sync, args.layer_passes)
@@ -408,7 +433,7 @@ def main(argv=None) -> int:
             if time.perf_counter() - t_start > args.budget_s - reserve:
                 print(f"budget reached after {i} of {len(todo)} configs", flush=True)
                 break
-            r = one(fam, spec, prec, b, window_s, "short")
+            r = one(fam, spec, prec, b, window_s, main_protocol)
             n_ok += r["status"] == "ok"
             print(f"[{time.perf_counter() - t_start:6.1f}s] {r['status']:5s} {r['config_id']} "
                   f"{r.get('s_per_pass', float('nan')) * 1e3:.2f} ms/pass", flush=True)  # fmt: skip
