@@ -148,6 +148,31 @@ def test_activation_checkpointing_gives_the_same_loss_and_grads():
             torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-7, msg=name)
 
 
+def test_checkpointed_blocks_recompute_under_the_forward_attention_kernels():
+    # checkpoint restores autocast in the backward's recomputation but not `sdpa_kernel`; on the
+    # H200 the recomputation then chose cuDNN attention where the forward ran flash, and
+    # checkpoint refused the mismatched saved tensors. Every recomputed block must enter the
+    # trainer's attention-kernel context.
+    config = tiny(activation_checkpointing=True)
+    trainer = VJepa2Trainer(config, CPU)
+    for net in (trainer.encoder, trainer.predictor):
+        assert net.trunk.recompute_context == trainer._attention_kernels
+    entered = []
+
+    @contextmanager
+    def recording():
+        entered.append(torch.is_grad_enabled())
+        with trainer._attention_kernels():
+            yield
+
+    for net in (trainer.encoder, trainer.predictor):
+        net.trunk.recompute_context = recording
+    batch = make_batch(config)
+    trainer.run_forward_backward(batch)
+    blocks = len(trainer.encoder.trunk.blocks) + len(trainer.predictor.trunk.blocks)
+    assert len(entered) == blocks * len(batch.context)
+
+
 def test_replay_methods_do_one_phase_on_the_cached_batch():
     config = tiny()
     marker = RecordingMarker()

@@ -10,6 +10,8 @@ whole clip. The target encoder is a deep copy of the encoder, built by the train
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 
 import torch
 import torch.nn.functional as F
@@ -94,12 +96,21 @@ class Trunk(nn.Module):
         self.blocks = nn.ModuleList(Block(width, heads, mlp_ratio) for _ in range(depth))
         self.norm = nn.LayerNorm(width, eps=LAYER_NORM_EPS)
         self.checkpointing = False
+        # Entered around each block's recomputation in the backward: the attention-kernel choice
+        # the forward ran under (checkpoint restores autocast itself, not `sdpa_kernel`). Without
+        # it the recomputation may pick another kernel, whose saved tensors differ in shape, and
+        # checkpoint refuses (seen on the H200: flash in the forward, cuDNN in the recompute).
+        self.recompute_context: Callable[[], AbstractContextManager[object]] | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # Under no_grad (the target encoder) there is nothing to recompute, so skip the wrapper.
         recompute = self.checkpointing and torch.is_grad_enabled()
+        kwargs = {}
+        if recompute and self.recompute_context is not None:
+            enter = self.recompute_context
+            kwargs["context_fn"] = lambda: (nullcontext(), enter())
         for block in self.blocks:
-            x = checkpoint(block, x, use_reentrant=False) if recompute else block(x)
+            x = checkpoint(block, x, use_reentrant=False, **kwargs) if recompute else block(x)
         return self.norm(x)
 
 

@@ -23,7 +23,7 @@ import copy
 import logging
 import time
 from collections.abc import Iterator
-from contextlib import AbstractContextManager, ExitStack
+from contextlib import AbstractContextManager, ExitStack, nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -106,6 +106,7 @@ class VJepa2Trainer:
         self.target_encoder = copy.deepcopy(self.encoder).requires_grad_(False)
         for net in (self.encoder, self.predictor):
             net.trunk.checkpointing = config.activation_checkpointing
+            net.trunk.recompute_context = self._attention_kernels
         self.optimizer = build_optimizer(config, (self.encoder, self.predictor), self.device)
         self._online = list(self.encoder.parameters())
         self._target = list(self.target_encoder.parameters())
@@ -136,9 +137,15 @@ class VJepa2Trainer:
         stack = ExitStack()
         if self.config.dtype == "bf16":
             stack.enter_context(torch.autocast(self.device.type, dtype=torch.bfloat16))
-        if self.config.attention_backend == "flash" and self.device.type != "meta":
-            stack.enter_context(sdpa_kernel(_FLASH_FIRST, set_priority=True))
+        stack.enter_context(self._attention_kernels())
         return stack
+
+    def _attention_kernels(self) -> AbstractContextManager[object]:
+        """The allowed attention kernels (config.attention_backend), for a forward and for the
+        recomputation of a checkpointed block in the backward."""
+        if self.config.attention_backend == "flash" and self.device.type != "meta":
+            return sdpa_kernel(_FLASH_FIRST, set_priority=True)
+        return nullcontext()
 
     def _fetch(self, batches: Iterator[VJepa2Batch] | VJepa2Batch) -> VJepa2Batch:
         batch = batches if isinstance(batches, VJepa2Batch) else next(batches)
