@@ -224,3 +224,25 @@ def test_bitfit_layer_norms_keep_their_output_and_train_the_bias_alone():
     model.train()
     model(x).sum().backward()
     assert all(m.bias.grad is not None and m.weight.grad is None for m in norms)
+
+
+@pytest.mark.parametrize("name", ["swin3d-b", "videomae-b"])
+def test_int8_bitfit_biases_keep_their_dtype_through_autocast_steps(name):
+    # bitsandbytes' Linear8bitLt casts bias.data to its input's dtype in every forward: under
+    # bf16 autocast a BitFit bias became bf16 after its optimizer was built, and on the H200
+    # fused AdamW refused Swin3D's step. The trained parameters must keep their dtypes, and a
+    # fused AdamW over them must step.
+    _quant_or_skip()
+    from jouleprof.workloads.video.step import TrainerConfig, VideoTrainer
+
+    cfg = TrainerConfig(model=name, method="bitfit", precision="int8", tiny=True, batch_size=2,
+                        num_classes=3, frames=2)  # fmt: skip
+    t = VideoTrainer(cfg, "cpu")
+    t.optimizer = torch.optim.AdamW(t.optimizer.param_groups, fused=True)
+    before = {n: p.dtype for n, p in t.model.named_parameters() if p.requires_grad}
+    f, s = cfg.clip
+    x, y = torch.randn(2, f, 3, s, s), torch.tensor([0, 1])
+    for _ in range(2):
+        assert torch.isfinite(t.train_step(x, y))
+    after = {n: p.dtype for n, p in t.model.named_parameters() if p.requires_grad}
+    assert after == before and set(before.values()) == {torch.float32}

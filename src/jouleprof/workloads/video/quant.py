@@ -10,7 +10,12 @@ train (BitFit on an int8 base).
 
 bitsandbytes' CUDA int8 matmul takes inputs of two or three dimensions only, and Swin3D's MLPs
 pass (B, T, H, W, C): the 8-bit layer here (`int8_linear_class`) folds the leading dimensions
-into one around the base layer's forward and unfolds them after.
+into one around the base layer's forward and unfolds them after. It also keeps each bias in the
+dtype it was built with: bitsandbytes' own forward rewrites `bias.data` to the input's dtype, so a
+BitFit bias under bf16 autocast silently became bf16 after the optimizer was built (no fp32
+master copy), and on the H200 fused AdamW then refused Swin3D's step ("params, grads, exp_avgs,
+and exp_avg_sqs must have same dtype"). Here a trained bias of another dtype is added as a cast copy
+after the int8 product, so its gradient arrives in the parameter's own dtype.
 """
 
 from __future__ import annotations
@@ -45,10 +50,18 @@ def int8_linear_class():
             """Linear8bitLt over the last dimension of an input of any rank."""
 
             def forward(self, x):
-                if x.dim() <= 3:
-                    return super().forward(x)
-                lead = x.shape[:-1]
-                return super().forward(x.reshape(-1, x.shape[-1])).reshape(*lead, -1)
+                folded = x.reshape(-1, x.shape[-1]) if x.dim() > 3 else x
+                bias = self.bias
+                if bias is None or bias.dtype == x.dtype or not bias.requires_grad:
+                    out = super().forward(folded)  # a frozen bias may be cast in place
+                else:  # the base would cast a trained bias's data: add a cast copy instead
+                    self.bias = None
+                    try:
+                        out = super().forward(folded)
+                    finally:
+                        self.bias = bias
+                    out = out + bias.to(out.dtype)
+                return out.reshape(*x.shape[:-1], -1) if x.dim() > 3 else out
 
         _INT8_LINEAR = Linear8bitLtND
     return _INT8_LINEAR
