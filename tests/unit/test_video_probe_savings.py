@@ -48,12 +48,38 @@ def test_ratios_against_full_with_combined_bounds(load_benchmark):
     assert "j_vs_full" not in out[("bitfit", "off")]
 
 
+def test_repeat_spread_from_pairs_and_the_widened_ratio(load_benchmark):
+    import math
+
+    sv = load_benchmark("video_probe_savings")
+    first = [_row("full", 1000, 0.2, 40, 38, 42), _row("lora", 800, 0.1, 30, 29, 31)]
+    again = [
+        _row("full", 1000, 0.2 * math.e**0.1, 40 * math.e**0.2, 0, 0),
+        _row("lora", 800, 0.1, 30 * math.e**-0.2, 0, 0),
+        _row("bitfit", 700, 0.1, 20, 19, 21),  # not in the first: no pair
+        _row("full", 1000, 0.2, 40, 38, 42, model="other", status="oom"),
+    ]
+    spread = sv.repeat_spread(first, again)
+    assert spread["n_pairs"] == 2
+    # one measurement's log-sd: sqrt(mean(d^2) / 2)
+    assert spread["sigma_j"] == pytest.approx(math.sqrt((0.04 + 0.04) / 2 / 2))
+    assert spread["sigma_s"] == pytest.approx(math.sqrt((0.01 + 0.0) / 2 / 2))
+    lo, hi = sv.widen(0.9, 1.1, 0.05)
+    f = math.exp(1.96 * math.sqrt(2) * 0.05)
+    assert (lo, hi) == (pytest.approx(0.9 / f), pytest.approx(1.1 * f))
+    lora = {r["method"]: r for r in sv.savings(first, sigma_j=0.05)}["lora"]
+    assert lora["j_vs_full_rep_lo"] == pytest.approx(29 / 42 / f)
+    assert lora["j_vs_full_rep_hi"] == pytest.approx(31 / 38 * f)
+    assert "j_vs_full_rep_lo" not in {r["method"]: r for r in sv.savings(first)}["lora"]
+
+
 def test_the_committed_h200_savings_rebuild(load_benchmark, tmp_path):
     src = ROOT / "benchmarks/results/video_probe/probe/probe.csv"
-    if not src.exists():
+    rep = ROOT / "benchmarks/results/video_probe/repeat/probe/probe.csv"
+    if not src.exists() or not rep.exists():
         pytest.skip("no committed probe results")
     sv = load_benchmark("video_probe_savings")
-    sv.main([str(src), "--out", str(tmp_path / "s")])
+    assert sv.main([str(src), "--repeat", str(rep), "--out", str(tmp_path / "s")]) == 0
     with (ROOT / "benchmarks/results/video_probe/savings.csv").open() as f:
         committed = list(csv.DictReader(f))
     with (tmp_path / "s.csv").open() as f:
