@@ -49,19 +49,36 @@ def repeat_spread(first: list[dict[str, str]], again: list[dict[str, str]]) -> d
         a = by_key.get(tuple(r[k] for k in KEY))
         if r["status"] != "ok" or a is None:
             continue
-        ja, jb, sa, sb = (_f(a["j_per_step"]), _f(r["j_per_step"]), _f(a["s_per_step"]),
-                          _f(r["s_per_step"]))
+        ja, jb, sa, sb = (
+            _f(a["j_per_step"]),
+            _f(r["j_per_step"]),
+            _f(a["s_per_step"]),
+            _f(r["s_per_step"]),
+        )
         if None in (ja, jb, sa, sb) or min(ja, jb, sa, sb) <= 0:
             continue
-        pairs.append({**{k: r[k] for k in KEY}, "j_first": ja, "j_again": jb, "s_first": sa,
-                      "s_again": sb, "j_ratio": jb / ja, "s_ratio": sb / sa})
+        pairs.append(
+            {
+                **{k: r[k] for k in KEY},
+                "j_first": ja,
+                "j_again": jb,
+                "s_first": sa,
+                "s_again": sb,
+                "j_ratio": jb / ja,
+                "s_ratio": sb / sa,
+            }
+        )
 
     def sigma(col: str) -> float | None:
         d = [math.log(p[col]) for p in pairs]
         return math.sqrt(sum(x * x for x in d) / len(d) / 2) if d else None
 
-    return {"n_pairs": len(pairs), "sigma_j": sigma("j_ratio"), "sigma_s": sigma("s_ratio"),
-            "pairs": pairs}
+    return {
+        "n_pairs": len(pairs),
+        "sigma_j": sigma("j_ratio"),
+        "sigma_s": sigma("s_ratio"),
+        "pairs": pairs,
+    }
 
 
 def widen(lo: float, hi: float, sigma: float, z: float = 1.96) -> tuple[float, float]:
@@ -70,9 +87,7 @@ def widen(lo: float, hi: float, sigma: float, z: float = 1.96) -> tuple[float, f
     return lo / f, hi * f
 
 
-def savings(
-    rows: list[dict[str, str]], sigma_j: float | None = None
-) -> list[dict[str, object]]:
+def savings(rows: list[dict[str, str]], sigma_j: float | None = None) -> list[dict[str, object]]:
     """One row per (model, precision, batch, checkpointing, method) with its full-FT baseline."""
     ok = [r for r in rows if r["status"] == "ok"]
     base = {
@@ -213,8 +228,10 @@ def main(argv: list[str] | None = None) -> int:
         with a.repeat.open(newline="") as f:
             spread = repeat_spread(rows, list(csv.DictReader(f)))
         if not spread["n_pairs"]:
-            print(f"video_probe_savings: {a.repeat} repeats no ok cell of {a.probe_csv}",
-                  file=sys.stderr)
+            print(
+                f"video_probe_savings: {a.repeat} repeats no ok cell of {a.probe_csv}",
+                file=sys.stderr,
+            )
             return 2
         sigma_j = spread["sigma_j"]
         a.out.with_name(a.out.name + "_repeat.json").write_text(json.dumps(spread, indent=1))
@@ -247,12 +264,15 @@ def main(argv: list[str] | None = None) -> int:
             + markdown(sub, repeat=sigma_j is not None)
         )
     if sigma_j is not None:
-        parts.insert(0, (
-            f"Repeat spread: {spread['n_pairs']} cells measured again ({a.repeat}); one cell's "
-            f"J/step varies by {sigma_j * 100:.1f} % and its s/step by "
-            f"{spread['sigma_s'] * 100:.1f} % (log-sd) between processes. The last column is "
-            "the counter brackets widened by both cells' repeat spread (95 %).\n"
-        ))
+        parts.insert(
+            0,
+            (
+                f"Repeat spread: {spread['n_pairs']} cells measured again ({a.repeat}); one cell's "
+                f"J/step varies by {sigma_j * 100:.1f} % and its s/step by "
+                f"{spread['sigma_s'] * 100:.1f} % (log-sd) between processes. The last column is "
+                "the counter brackets widened by both cells' repeat spread (95 %).\n"
+            ),
+        )
     a.out.with_suffix(".md").write_text("\n".join(parts))
     print("\n".join(parts))
     return 0

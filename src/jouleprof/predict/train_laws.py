@@ -16,23 +16,43 @@ from typing import Any
 AXES = ("layers", "hidden", "heads", "seq", "batch")
 
 # BERT masked-LM, one NVIDIA H200 (700 W limit), bf16 autocast: benchmarks/results/bert_sweep
-# (21 one-GPU configurations, torch 2.11.0+cu130), rebuilt with
+# (33 one-GPU configurations over two calls, and the one-GPU DDP/FSDP2/TP rows for the
+# wrappers' cost; torch 2.11.0+cu130), rebuilt with
 # `python -m jouleprof.predict.train_laws benchmarks/results/bert_sweep`.
 LAWS: dict[tuple[str, str, str], dict] = {
     ("bert", "h200", "bf16"): {
-        "a0_s": 0.003448487384753768,
-        "a1_s": 0.0029752618741263,
+        "a0_s": 0.004462127973804797,
+        "a1_s": 0.0028508303220426173,
         "rate_flop_s": 678599999999999.1,
-        "h0": 1143.2520609342216,
-        "p": 3.0326668073917666,
+        "h0": 1254.5198060826344,
+        "p": 2.7964678424778002,
         "mem_bytes_s": 4188000000000.0,
-        "p0_w": 103.15028250795264,
-        "ef_j_per_flop": 7.730945471993693e-13,
-        "ew_j_per_flop": 9.114555574607642e-10,
-        "eb_j_per_byte": 1.5192691069441515e-10,
-        "rel_err_q90": 0.07893219299722753,
-        "t_rel_err_q90": 0.16590259545998642,
-        "strategy_overhead": {},
+        "p0_w": 114.75036833473061,
+        "ef_j_per_flop": 1.2618649659005983e-12,
+        "ew_j_per_flop": 5.743561896968011e-10,
+        "eb_j_per_byte": 8.894761886676046e-11,
+        "rel_err_q90": 0.08987887523158611,
+        "t_rel_err_q90": 0.16061886065144199,
+        "strategy_overhead": {
+            "ddp": {
+                "row": "34-L12-H768-A12-S128-B32-ddp",
+                "time_ratio": 1.106179497839974,
+                "energy_ratio": 1.0887436546847586,
+                "reference_rows": ["00-L12-H768-A12-S128-B32", "33-L12-H768-A12-S128-B32"],
+            },
+            "fsdp": {
+                "row": "35-L12-H768-A12-S128-B32-fsdp",
+                "time_ratio": 2.002211928878453,
+                "energy_ratio": 1.5204465711475115,
+                "reference_rows": ["00-L12-H768-A12-S128-B32", "33-L12-H768-A12-S128-B32"],
+            },
+            "tp": {
+                "row": "36-L12-H768-A12-S128-B32-tp",
+                "time_ratio": 3.7240530063812916,
+                "energy_ratio": 2.2800739301763158,
+                "reference_rows": ["00-L12-H768-A12-S128-B32", "33-L12-H768-A12-S128-B32"],
+            },
+        },
     },
 }
 
