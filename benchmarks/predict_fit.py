@@ -1,6 +1,6 @@
 """Assemble the inference dataset, validate the predictor family by family, ship it.
 
-    PYTHONPATH=src python3 benchmarks/predict_fit.py --raw benchmarks/results/predict_dataset/raw \
+    PYTHONPATH=src python3 benchmarks/predict_fit.py --raw RAW [RAW ...] \
         --features /tmp/feat --out benchmarks/results/predict_dataset [--ship]
 
 1. models_energy.csv (every window's counter energy, rebuilt from the raw run), layers.csv,
@@ -23,17 +23,24 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def assemble(raw: Path, features: Path, out: Path) -> None:
+def assemble(raws: list[Path], features: Path, out: Path) -> None:
+    """Every window of every collection in `raws` (a `collection` column names its folder; a
+    configuration measured in several windows is pooled by dataset.configurations), the first
+    collection's per-layer times and ceiling powers, and the traces of every configuration."""
     import pandas as pd
 
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from predict_energy import window_table
     from predict_features import safe
 
-    table = window_table(raw)  # writes raw/power.json
+    tables = []
+    for raw in raws:
+        t = window_table(raw)  # writes raw/power.json
+        tables.append(t.assign(collection=raw.name))
+    table = pd.concat(tables, ignore_index=True)
     table.to_csv(out / "models_energy.csv", index=False)
-    shutil.copy(raw / "layers.csv", out / "layers.csv")
-    shutil.copy(raw / "power.json", out / "power.json")
+    shutil.copy(raws[0] / "layers.csv", out / "layers.csv")
+    shutil.copy(raws[0] / "power.json", out / "power.json")
     parts = []
     for spec, prec in table[["spec", "precision"]].drop_duplicates().itertuples(index=False):
         for b in (1, 2):
@@ -86,7 +93,13 @@ def markdown(table) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--raw", type=Path, required=True)
+    ap.add_argument(
+        "--raw",
+        type=Path,
+        nargs="+",
+        required=True,
+        help="collection folders; the first gives the per-layer times and the commit",
+    )
     ap.add_argument("--features", type=Path, default=None, help="predict_features.py output")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--ship", action="store_true")
@@ -114,7 +127,10 @@ def main(argv=None) -> int:
     if args.compare_raw is not None:
         import pandas as pd
 
-        loop_compare(args.compare_raw, pd.read_csv(args.out / "models_energy.csv"), args.out)
+        new = pd.read_csv(args.out / "models_energy.csv")
+        if "collection" in new:  # the first collection against the earlier loop's
+            new = new[new["collection"] == args.raw[0].name]
+        loop_compare(args.compare_raw, new, args.out)
     gpu = load_gpu("h200")
     if args.reuse_predictions:
         import pandas as pd
@@ -130,7 +146,7 @@ def main(argv=None) -> int:
     if args.ship:
         pred = train_shipped(ds, gpu, preds)
         pred.info.update({"dataset": "benchmarks/results/predict_dataset", "gpu": gpu.name,
-                          "commit": collection_commit(args.raw),
+                          "commit": collection_commit(args.raw[0]),
                           "loop": "jouleprof.bench.infer_loop.steady_window"})  # fmt: skip
         p = save_predictor(pred, ROOT / "src/jouleprof/predict/models/layerwise_h200.pkl")
         print(f"shipped {p} ({p.stat().st_size / 1e3:.0f} kB): {pred.info}")

@@ -2,7 +2,9 @@
 times, and the FakeTensor features of every configuration (from traces at batch 1 and 2).
 
 Layout of a dataset directory (benchmarks/results/predict_dataset/):
-    models_energy.csv  one row per measured window (predict_collect.py + predict_energy.py)
+    models_energy.csv  one row per measured window (predict_collect.py + predict_energy.py);
+                       a configuration measured in several windows (repeats, other calls) has
+                       several rows, pooled by `configurations`
     layers.csv         one row per module per configuration: its own time (CUDA events)
     ops.parquet        the traces' operator records (spec, precision, batch in {1, 2}, ...)
 """
@@ -85,6 +87,35 @@ class Dataset:
                 for (s, p, b), g in self.ops.groupby(["spec", "precision", "batch"])
             }
         return self._cache["by"]
+
+
+def configurations(models):
+    """One row per measured configuration (spec, precision, batch) from its windows: J per pass
+    and seconds per pass are the geometric means over the windows (each window weighs the same,
+    whatever its length: on a launch-bound configuration the spread between processes exceeds
+    the spread within a window), `windows` counts them and `j_window_sd_pct` is the windows'
+    log-sd of J per pass in % (NaN for one window). `energy_j` is rescaled to the first
+    window's pass count, so energy_j / passes is the pooled J per pass."""
+    import numpy as np
+
+    key = ["spec", "precision", "batch"]
+    m = models.assign(
+        _lj=np.log(models["energy_j"] / models["passes"]), _ls=np.log(models["s_per_pass"])
+    )
+    g = m.groupby(key, sort=False)
+    first = g.head(1).set_index(key)
+    lj, ls = g["_lj"].mean(), g["_ls"].mean()
+    out = first.assign(
+        energy_j=first["passes"] * np.exp(lj),
+        s_per_pass=np.exp(ls),
+        windows=g.size(),
+        j_window_sd_pct=100.0 * g["_lj"].std(),
+    )
+    if "mean_power_w" in out:
+        out["mean_power_w"] = np.exp(lj - ls)
+    if "protocol" in out:
+        out["protocol"] = np.where(out["windows"] > 1, "pooled", out["protocol"])
+    return out.drop(columns=["_lj", "_ls"]).reset_index()
 
 
 def load_dataset(path: str | Path) -> Dataset:

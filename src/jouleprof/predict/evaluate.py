@@ -21,7 +21,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from jouleprof.predict.dataset import Dataset
+from jouleprof.predict.dataset import Dataset, configurations
 from jouleprof.predict.layerwise import LayerwisePredictor, RooflinePredictor, layer_matrix
 from jouleprof.predict.roofline import GpuSpec
 
@@ -39,7 +39,7 @@ def leave_family_out(ds: Dataset, gpu: GpuSpec, *, seed: int = 0, progress=None)
 
     from jouleprof.predict.fit import fit_layerwise
 
-    rows = ds.models[ds.models["protocol"] == "short"].reset_index(drop=True)
+    rows = configurations(ds.models)
     rows = rows.assign(j_meas=rows["energy_j"] / (rows["passes"] * rows["batch"]))
     out = []
     fams = sorted(set(rows["family"]))
@@ -148,7 +148,7 @@ def train_shipped(ds: Dataset, gpu: GpuSpec, pred_df, seed: int = 0) -> Layerwis
     """The predictor fitted on every family, carrying the held-out error quantiles."""
     from jouleprof.predict.fit import fit_layerwise
 
-    rows = ds.models[ds.models["protocol"] == "short"].reset_index(drop=True)
+    rows = configurations(ds.models)
     pred = fit_layerwise(ds, rows, gpu, seed=seed, log_err_q=log_error_quantiles(pred_df))
     # the efficiency model times the passes; the trees (hundreds of kB) are not needed to predict
     return replace(pred, time_model=None) if pred.eff_model is not None else pred
