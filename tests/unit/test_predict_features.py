@@ -139,3 +139,25 @@ def test_resolve_file_spec_and_errors(tmp_path):
         resolve("torchvision:resnet9")
     with pytest.raises(ValueError, match="must look like"):
         resolve("resnet50")
+
+
+def test_module_calls_split_into_those_that_launch_kernels():
+    class Block(nn.Module):  # a container: launches nothing of its own
+        def __init__(self):
+            super().__init__()
+            self.fc, self.skip, self.drop = nn.Linear(8, 8), nn.Identity(), nn.Dropout(0.1)
+
+        def forward(self, x):
+            return self.drop(self.skip(self.fc(x)))
+
+    def model():
+        return nn.Sequential(Block(), nn.ReLU(), Block())
+
+    f = trace_model(zoo(model, (1, 1, 8)), 2, "fp32")
+    # the root, 2 blocks × (block, fc, identity, dropout), relu
+    assert f.module_calls == 10
+    # only the two Linears and the ReLU run kernels (eval: dropout and identity do nothing)
+    assert f.kernel_module_calls == 3
+    # a batch from traces at 1 and 2 keeps the split
+    g = features_at(trace_model(zoo(model, (1, 1, 8)), 1, "fp32"), f, 16, {})
+    assert (g.module_calls, g.kernel_module_calls) == (10, 3)

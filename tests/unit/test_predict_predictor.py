@@ -245,3 +245,27 @@ def test_cli_infer_json_and_errors(tmp_path):
     assert r.exit_code == 2 and "unknown timm model" in r.output
     r = CliRunner().invoke(app, ["predict", "evaluate", "--data", str(tmp_path)])
     assert r.exit_code == 2 and "lacks models_energy.csv" in r.output
+
+
+def test_efficiency_fit_prices_module_calls_with_and_without_kernels():
+    from jouleprof.predict.efficiency import GROUPS, fit_efficiency
+
+    rng = np.random.default_rng(0)
+    hl, hm, he = 5e-6, 4e-6, 1e-6  # per launch, per kernel module call, per empty one
+    rows = []
+    for _ in range(60):
+        n = int(rng.integers(50, 900))
+        kern = int(n * rng.uniform(0.3, 0.9))
+        empty = int(rng.integers(0, 400))
+        r = np.zeros(len(GROUPS))
+        r[0] = 1e-7  # a GPU side far below the host's: the host sets the pace
+        t = (hl * n + hm * kern + he * empty) * float(np.exp(rng.normal(0, 0.01)))
+        rows.append((r, n, kern + empty, kern, t))
+    m = fit_efficiency(rows)
+    assert m.host_empty_module_s == pytest.approx(he, rel=0.3)
+    assert m.host_module_s == pytest.approx(hm, rel=0.3)
+    assert m.host_launch_s == pytest.approx(hl, rel=0.3)
+    # a split not known for some row: one price for every call, as before the split
+    legacy = fit_efficiency([(*x[:3], -1, x[4]) for x in rows])
+    assert legacy.host_empty_module_s is None
+    assert legacy.host_time(100, 50, 20) == pytest.approx(legacy.host_time(100, 50))

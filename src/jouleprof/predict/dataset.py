@@ -66,18 +66,30 @@ class Dataset:
         if batch != 1:
             f2 = self._traced(spec, precision, 2)
             f1 = None if f2 is None else features_at(f1, f2, batch, self._types(spec))
-        return None if f1 is None else replace(f1, module_calls=self._module_calls(spec))
+        if f1 is None:
+            return None
+        calls, kernel_calls = self._module_calls(spec)
+        return replace(f1, module_calls=calls, kernel_module_calls=kernel_calls)
 
-    def _module_calls(self, spec: str) -> int:
-        """Module calls of one pass (the GPU side counted them; the same at every batch)."""
+    def _module_calls(self, spec: str) -> tuple[int, int]:
+        """Module calls of one pass, and those of modules launching kernels of their own in the
+        trace (the GPU side counted the calls; the same at every batch; -1: not known)."""
         if "calls" not in self._cache:
             lay = self.layers
+            self._cache["calls"] = {}
             if "calls" in lay.columns and "config_id" in lay.columns:
-                per = lay.groupby(["spec", "config_id"])["calls"].sum()
-                self._cache["calls"] = per.groupby(level=0).median().astype(int).to_dict()
-            else:
-                self._cache["calls"] = {}
-        return int(self._cache["calls"].get(spec, 0))
+                own = self.ops[self.ops["launches"] > 0].groupby("spec")["module"].agg(set)
+                lay = lay.assign(
+                    own=[m in own.get(sp, ()) for sp, m in zip(lay["spec"], lay["module"],
+                                                                strict=True)],
+                )  # fmt: skip
+                lay = lay.assign(own_calls=lay["calls"].where(lay["own"], 0))
+                per = lay.groupby(["spec", "config_id"])[["calls", "own_calls"]].sum()
+                med = per.groupby(level=0).median()
+                self._cache["calls"] = {
+                    sp: (int(round(r.calls)), int(round(r.own_calls))) for sp, r in med.iterrows()
+                }
+        return self._cache["calls"].get(spec, (0, -1))
 
     @property
     def _by(self) -> dict:

@@ -94,6 +94,9 @@ class ModelFeatures:
     module_calls: int
     ops: tuple[OpRecord, ...] = field(repr=False)
     layers: tuple[LayerFeatures, ...] = field(repr=False)
+    kernel_module_calls: int = -1
+    """Calls of modules that launch kernels of their own (the innermost module running when
+    the kernel launches); the rest of module_calls launch none. -1: not counted."""
 
     @property
     def flops(self) -> float:
@@ -365,9 +368,15 @@ def trace_model(zoo_model, batch: int, precision: str,
         cached = {StorageWeakRef(p.untyped_storage()) for p in model.parameters()
                   if p.dtype == torch.float32}  # fmt: skip
     calls = [0]
+    by_path: dict[str, int] = {}  # module path -> calls
     with fake_mode:
         x = torch.empty((int(batch), *zoo_model.input_shape), dtype=torch.float32)
-        with module_scopes(model, on_enter=lambda _: calls.__setitem__(0, calls[0] + 1)) as stack:
+
+        def enter(path: str) -> None:
+            calls[0] += 1
+            by_path[path] = by_path.get(path, 0) + 1
+
+        with module_scopes(model, on_enter=enter) as stack:
             counter = _Counter(stack, precision, cached)
             ac = torch.autocast("cpu", dtype=dtype, enabled=dtype is not None)
             try:
@@ -388,7 +397,15 @@ def trace_model(zoo_model, batch: int, precision: str,
         module_calls=calls[0],
         ops=tuple(counter.ops),
         layers=tuple(aggregate_layers(counter.ops, types)),
+        kernel_module_calls=kernel_module_calls(counter.ops, by_path),
     )
+
+
+def kernel_module_calls(ops, calls_by_module: dict[str, int]) -> int:
+    """Calls of the modules that launch a kernel of their own in `ops` (each op is charged to
+    the innermost module running), from each module's call count."""
+    own = {o.module for o in ops if o.launches}
+    return int(sum(c for m, c in calls_by_module.items() if m in own))
 
 
 def aggregate_layers(ops, types: dict[str, str]) -> list[LayerFeatures]:
@@ -457,7 +474,7 @@ def features_at(f1: ModelFeatures, f2: ModelFeatures, batch: int, types: dict[st
         return None
     return ModelFeatures(
         f1.spec, int(batch), f1.precision, f1.input_shape, f1.params, f1.module_calls,
-        tuple(ops), tuple(aggregate_layers(ops, types)),
+        tuple(ops), tuple(aggregate_layers(ops, types)), f1.kernel_module_calls,
     )  # fmt: skip
 
 

@@ -100,8 +100,8 @@ def fit_layerwise(ds: Dataset, rows, gpu: GpuSpec, *, seed: int = 0,
             f = ds.features(r.spec, r.precision, int(r.batch))
             if f is not None:
                 g, n = roof_groups(f.ops, gpu)
-                grouped[i] = (g, n, f.module_calls)
-                erows.append((g, n, f.module_calls, float(r.s_per_pass)))
+                grouped[i] = (g, n, f.module_calls, f.kernel_module_calls)
+                erows.append((*grouped[i], float(r.s_per_pass)))
         eff = fit_efficiency(erows)
     ok = [i for i, t in enumerate(terms) if t is not None and t[0] > 0]
     if len(ok) < 4:
