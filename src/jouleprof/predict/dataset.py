@@ -14,7 +14,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from jouleprof.predict.features import ModelFeatures, OpRecord, aggregate_layers, features_at
+from jouleprof.predict.features import (
+    ModelFeatures,
+    OpRecord,
+    aggregate_layers,
+    features_at,
+    kernel_module_calls,
+)
 
 OP_FIELDS = ("module", "op", "category", "dtype", "flops", "bytes_read", "bytes_written",
              "launches", "supported")  # fmt: skip
@@ -78,16 +84,18 @@ class Dataset:
             lay = self.layers
             self._cache["calls"] = {}
             if "calls" in lay.columns and "config_id" in lay.columns:
-                own = self.ops[self.ops["launches"] > 0].groupby("spec")["module"].agg(set)
-                lay = lay.assign(
-                    own=[m in own.get(sp, ()) for sp, m in zip(lay["spec"], lay["module"],
-                                                                strict=True)],
-                )  # fmt: skip
-                lay = lay.assign(own_calls=lay["calls"].where(lay["own"], 0))
-                per = lay.groupby(["spec", "config_id"])[["calls", "own_calls"]].sum()
-                med = per.groupby(level=0).median()
+                import numpy as np
+
+                ops = self.ops[self.ops["launches"] > 0]
+                by_spec = {sp: list(g.itertuples()) for sp, g in ops.groupby("spec")}
+                per: dict[str, list[tuple[int, int]]] = {}
+                for (sp, _), g in lay.groupby(["spec", "config_id"]):
+                    by_module = dict(zip(g["module"], g["calls"], strict=True))
+                    own = kernel_module_calls(by_spec.get(sp, []), by_module)
+                    per.setdefault(sp, []).append((int(g["calls"].sum()), own))
                 self._cache["calls"] = {
-                    sp: (int(round(r.calls)), int(round(r.own_calls))) for sp, r in med.iterrows()
+                    sp: tuple(int(round(v)) for v in np.median(np.array(c), axis=0))
+                    for sp, c in per.items()
                 }
         return self._cache["calls"].get(spec, (0, -1))
 
