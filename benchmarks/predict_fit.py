@@ -147,6 +147,7 @@ def main(argv=None) -> int:
         pred = train_shipped(ds, gpu, preds)
         pred.info.update({"dataset": "benchmarks/results/predict_dataset", "gpu": gpu.name,
                           "commit": collection_commit(args.raw[0]),
+                          "collections": {r.name: collection_commit(r) for r in args.raw},
                           "loop": "jouleprof.bench.infer_loop.steady_window"})  # fmt: skip
         p = save_predictor(pred, ROOT / "src/jouleprof/predict/models/layerwise_h200.pkl")
         print(f"shipped {p} ({p.stat().st_size / 1e3:.0f} kB): {pred.info}")
