@@ -108,6 +108,16 @@ def test_tiny_staged_study_runs_resumes_and_summarizes(tmp_path):
     # Other settings into the same folder are refused.
     other = jp_here(*[a if a != "lora=1e-3" else "lora=3e-3" for a in STUDY], "--out", str(out))
     assert other.exit_code != 0 and "different study" in other.output
+    # More confirmation seeds are accepted: only the new seed's cell is added (a zero budget
+    # starts none of it here), and study.json records the extension.
+    more = [a if a != "5" else "5,6" for a in STUDY]
+    grown = jp_here(*more, "--time-budget-s", "0", "--out", str(out))
+    assert grown.exit_code == 0, grown.output[-2000:]
+    assert json.loads((out / "study.json").read_text())["extended"][0]["to"] == [5, 6]
+    with (out / "runs.csv").open() as f:
+        st = {row["cell_id"]: row["status"] for row in csv.DictReader(f)}
+    assert st["confirm-videomae-b-lora-fp32-ck0-s5"] == "complete"
+    assert st["confirm-videomae-b-lora-fp32-ck0-s6"] not in ("complete", "failed")
 
     s = jp_here("summarize", str(out))
     assert s.exit_code == 0, s.output

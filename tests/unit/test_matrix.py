@@ -69,6 +69,33 @@ def test_rerun_resumes_and_retries_failed_on_request(tmp_path):
         run_matrix(tmp_path, {"v": 2}, cells, progress=False)
 
 
+def test_an_extendable_list_may_grow_on_resume_and_nothing_else(tmp_path):
+    run_matrix(tmp_path, {"seeds": [17, 18], "v": 1}, [ok("s17", 1.0)], progress=False)
+    grown = {"seeds": [17, 18, 19], "v": 1}
+    with pytest.raises(ValueError, match="differs in seeds"):  # not extendable: refused
+        run_matrix(tmp_path, grown, [ok("s17", 1.0)], progress=False)
+    res = run_matrix(
+        tmp_path, grown, [ok("s17", 1.0), ok("s19", 2.0)], progress=False, extendable=("seeds",)
+    )
+    assert res.ran == ["s19"] and res.done == ["s17", "s19"]
+    sj = json.loads((tmp_path / "study.json").read_text())
+    assert sj["seeds"] == [17, 18, 19] and len(sj["resumed"]) == 1
+    assert [(e["field"], e["from"], e["to"]) for e in sj["extended"]] == [
+        ("seeds", [17, 18], [17, 18, 19])
+    ]
+    # The longer list is now the study's: the same call resumes, a shorter or reordered list
+    # and any other change are refused, naming the field.
+    run_matrix(tmp_path, grown, [ok("s17", 1.0)], progress=False, extendable=("seeds",))
+    for bad, field_ in (
+        ({"seeds": [17, 18], "v": 1}, "seeds"),
+        ({"seeds": [19, 18, 17], "v": 1}, "seeds"),
+        ({"seeds": [17, 18, 19, 20], "v": 2}, "v"),
+    ):
+        with pytest.raises(ValueError, match=f"differs in {field_}"):
+            run_matrix(tmp_path, bad, [ok("s17", 1.0)], progress=False, extendable=("seeds",))
+    assert len(json.loads((tmp_path / "study.json").read_text())["extended"]) == 1
+
+
 def test_killed_cells_are_incomplete_and_rerun_timeouts_fail(tmp_path):
     killed = Cell("k", (sys.executable, "-c", "import os, signal; os.kill(os.getpid(), 9)"), {})
     slow = Cell("slow", (sys.executable, "-c", "import time; time.sleep(30)"), {}, timeout_s=0.5)

@@ -22,7 +22,7 @@ import re
 import shutil
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -130,8 +130,24 @@ def _write_json(path: Path, data: Any) -> None:
     os.replace(tmp, path)
 
 
-def write_study_json(out: Path, study: Mapping[str, Any]) -> None:
-    """study.json: the spec plus when it was created and resumed; another spec is refused."""
+_STUDY_RECORD_KEYS = ("created", "resumed", "extended")
+
+
+def _extends(old: Any, new: Any) -> bool:
+    """Whether `new` is the list `old` with items appended (and not `old` itself)."""
+    return (
+        isinstance(old, list)
+        and isinstance(new, list)
+        and len(new) > len(old)
+        and new[: len(old)] == old
+    )
+
+
+def write_study_json(out: Path, study: Mapping[str, Any], extendable: Collection[str] = ()) -> None:
+    """study.json: the spec plus when it was created, resumed and extended; another spec is
+    refused, except that a field named in `extendable` (a list, e.g. the confirmation's seeds)
+    may grow by items appended to it: the study resumes with the longer list, and study.json's
+    `extended` records the field, both values and when."""
     p = out / STUDY_JSON
     d = json.loads(json.dumps(dict(study), default=str))
     if p.is_file():
@@ -139,15 +155,25 @@ def write_study_json(out: Path, study: Mapping[str, Any]) -> None:
             old = json.loads(p.read_text())
         except json.JSONDecodeError as e:
             raise ValueError(f"{p} is unreadable ({e}): choose another --out") from None
-        old_spec = {k: v for k, v in old.items() if k not in ("created", "resumed")}
-        if d != old_spec:
-            changed = sorted(k for k in set(d) | set(old_spec) if d.get(k) != old_spec.get(k))
+        old_spec = {k: v for k, v in old.items() if k not in _STUDY_RECORD_KEYS}
+        changed = sorted(k for k in set(d) | set(old_spec) if d.get(k) != old_spec.get(k))
+        grown = [k for k in changed if k in extendable and _extends(old_spec.get(k), d.get(k))]
+        refused = [k for k in changed if k not in grown]
+        if refused:
+            hint = ""
+            if any(k in extendable for k in refused):
+                hint = f" ({', '.join(sorted(extendable))} may only grow, by items appended)"
             raise ValueError(
-                f"{out} holds a different study ({STUDY_JSON} differs in {', '.join(changed)}): "
-                "resume it with the same settings or choose another --out"
+                f"{out} holds a different study ({STUDY_JSON} differs in {', '.join(refused)}"
+                f"){hint}: resume it with the same settings or choose another --out"
             )
+        now = time.strftime("%Y-%m-%dT%H:%M:%S")
         d["created"] = old.get("created")
-        d["resumed"] = [*old.get("resumed", []), time.strftime("%Y-%m-%dT%H:%M:%S")]
+        d["resumed"] = [*old.get("resumed", []), now]
+        extended = list(old.get("extended", []))
+        extended += [{"field": k, "from": old_spec[k], "to": d[k], "at": now} for k in grown]
+        if extended:
+            d["extended"] = extended
     else:
         d["created"] = time.strftime("%Y-%m-%dT%H:%M:%S")
     _write_json(p, d)
@@ -396,6 +422,7 @@ def run_matrix(
     skip: SkipRule | None = None,
     time_budget_s: float | None = None,
     on_cell: Callable[[Cell, str], None] | None = None,
+    extendable: Collection[str] = (),
 ) -> MatrixResult:
     """Run (or resume) a study's cells into `out`.
 
@@ -412,6 +439,8 @@ def run_matrix(
             size after one ran out of memory).
         time_budget_s: start no new cell after this many seconds (a rerun resumes).
         on_cell: called with (cell, status text) as each cell is settled.
+        extendable: spec fields (lists) a resume may lengthen by appending items, e.g. more
+            confirmation seeds; any other difference from study.json is refused.
     """
     from jouleprof.bench.executors import make_executor
 
@@ -421,7 +450,7 @@ def run_matrix(
     _check_cells(cells)
     ex = make_executor(executor) if isinstance(executor, str) else executor
     (out / CELLS_DIR).mkdir(parents=True, exist_ok=True)
-    write_study_json(out, study)
+    write_study_json(out, study, extendable)
     with _progress(progress, len(cells), on_cell) as report:
         plan = Plan(out, cells, retry_failed, skip, time_budget_s, report)
         plan.write_index()

@@ -125,6 +125,11 @@ class VideoStudyConfig:
         return json.loads(json.dumps(asdict(self)))
 
 
+EXTENDABLE = ("confirm_seeds",)
+"""Settings a resumed study may lengthen: more confirmation seeds add confirmation cells and
+change no other cell."""
+
+
 def _lr_text(lr: float) -> str:
     return f"{lr:.0e}"
 
@@ -404,6 +409,7 @@ def run_video_study(
             progress=progress,
             time_budget_s=budget(part),
             skip=skip,
+            extendable=EXTENDABLE,
         )
         plan["stages"][part] = {
             "cells": sorted(now),
