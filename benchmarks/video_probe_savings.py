@@ -18,6 +18,11 @@ only where that interval excludes 1.
         --repeat benchmarks/results/video_probe/repeat/probe.csv \
         --out benchmarks/results/video_probe/savings
 
+With at least MIN_RATIO_PAIRS ratios measured in both tables (a whole second table), the
+ratios' own spread between the tables is used instead of the cells' (what moves both cells of a
+ratio alike, such as one session's host pace, cancels in the ratio), and each s/step ratio gets
+a 95 % interval too.
+
 Writes OUT.csv and OUT.md (and with --repeat, OUT_repeat.json: the pairs and the spread).
 """
 
@@ -69,26 +74,84 @@ def repeat_spread(first: list[dict[str, str]], again: list[dict[str, str]]) -> d
             }
         )
 
-    def sigma(col: str) -> float | None:
-        d = [math.log(p[col]) for p in pairs]
+    def sigma(items: list[dict[str, object]], col: str) -> float | None:
+        d = [math.log(float(p[col])) for p in items]  # type: ignore[arg-type]
         return math.sqrt(sum(x * x for x in d) / len(d) / 2) if d else None
 
+    # The ratios themselves, measured twice: a method's ratio to full fine-tuning of the same
+    # coordinates, from each table. What moves both cells of a ratio alike (the host's pace in
+    # one session, the card's temperature) cancels in it; what moves one cell alone does not.
+    full = {tuple(p[k] for k in KEY if k != "method"): p for p in pairs if p["method"] == "full"}
+    ratio_pairs = []
+    for p in pairs:
+        b = full.get(tuple(p[k] for k in KEY if k != "method"))
+        if p["method"] == "full" or b is None:
+            continue
+        ratio_pairs.append(
+            {
+                **{k: p[k] for k in KEY},
+                "j_ratio": float(p["j_ratio"]) / float(b["j_ratio"]),  # type: ignore[arg-type]
+                "s_ratio": float(p["s_ratio"]) / float(b["s_ratio"]),  # type: ignore[arg-type]
+            }
+        )
     return {
         "n_pairs": len(pairs),
-        "sigma_j": sigma("j_ratio"),
-        "sigma_s": sigma("s_ratio"),
+        "sigma_j": sigma(pairs, "j_ratio"),
+        "sigma_s": sigma(pairs, "s_ratio"),
+        "n_ratio_pairs": len(ratio_pairs),
+        "sigma_ratio_j": sigma(ratio_pairs, "j_ratio"),
+        "sigma_ratio_s": sigma(ratio_pairs, "s_ratio"),
         "pairs": pairs,
+        "ratio_pairs": ratio_pairs,
     }
+
+
+MIN_RATIO_PAIRS = 20
+"""Fewer repeated ratios than this and the ratios' spread is built from the cells' instead."""
+
+
+def ratio_sigmas(spread: dict[str, object]) -> tuple[float, float | None, str]:
+    """(J-ratio log-sd, s-ratio log-sd or None, how they were estimated) of one measured
+    ratio: from the repeated ratios when there are enough of them, else both cells' spread
+    added as if independent (sqrt(2) x one cell's; no s-ratio interval then)."""
+    if int(spread.get("n_ratio_pairs") or 0) >= MIN_RATIO_PAIRS:  # type: ignore[arg-type]
+        return (
+            float(spread["sigma_ratio_j"]),  # type: ignore[arg-type]
+            float(spread["sigma_ratio_s"]),  # type: ignore[arg-type]
+            f"{spread['n_ratio_pairs']} ratios measured twice",
+        )
+    return (
+        math.sqrt(2.0) * float(spread["sigma_j"]),  # type: ignore[arg-type]
+        None,
+        f"{spread['n_pairs']} cells measured twice, both cells' spread combined",
+    )
+
+
+def widen_ratio(lo: float, hi: float, sigma_ratio: float, z: float = 1.96) -> tuple[float, float]:
+    """A ratio's bracket [lo, hi], widened by one measured ratio's repeat log-spread."""
+    f = math.exp(z * sigma_ratio)
+    return lo / f, hi * f
 
 
 def widen(lo: float, hi: float, sigma: float, z: float = 1.96) -> tuple[float, float]:
     """A ratio's bracket [lo, hi] of two cells, widened by both cells' repeat log-spread."""
-    f = math.exp(z * math.sqrt(2.0) * sigma)
-    return lo / f, hi * f
+    return widen_ratio(lo, hi, math.sqrt(2.0) * sigma, z)
 
 
-def savings(rows: list[dict[str, str]], sigma_j: float | None = None) -> list[dict[str, object]]:
-    """One row per (model, precision, batch, checkpointing, method) with its full-FT baseline."""
+def savings(
+    rows: list[dict[str, str]],
+    sigma_j: float | None = None,
+    *,
+    sigma_ratio_j: float | None = None,
+    sigma_ratio_s: float | None = None,
+) -> list[dict[str, object]]:
+    """One row per (model, precision, batch, checkpointing, method) with its full-FT baseline.
+
+    sigma_j (one cell's J/step log-spread) or sigma_ratio_j (one ratio's) widens each energy
+    ratio's bracket into `j_vs_full_rep_lo/hi`; sigma_ratio_s gives the s/step ratio an interval
+    (`s_vs_full_rep_lo/hi`)."""
+    if sigma_ratio_j is None and sigma_j is not None:
+        sigma_ratio_j = math.sqrt(2.0) * sigma_j
     ok = [r for r in rows if r["status"] == "ok"]
     base = {
         (r["model"], r["precision"], r["batch"], r["checkpointing"]): r
@@ -119,14 +182,19 @@ def savings(rows: list[dict[str, str]], sigma_j: float | None = None) -> list[di
             bm, bs = _f(b["peak_mem_mib"]), _f(b["s_per_step"])
             row["mem_vs_full"] = mem / bm if mem and bm else None
             row["s_vs_full"] = s / bs if s and bs else None
+            if sigma_ratio_s is not None and row["s_vs_full"] is not None:
+                sr = float(row["s_vs_full"])  # type: ignore[arg-type]
+                row["s_vs_full_rep_lo"], row["s_vs_full_rep_hi"] = widen_ratio(
+                    sr, sr, sigma_ratio_s
+                )
             j, lo, hi = row["j_per_step"], row["j_per_step_lo"], row["j_per_step_hi"]
             bj, blo, bhi = _f(b["j_per_step"]), _f(b["j_per_step_lo"]), _f(b["j_per_step_hi"])
             if None not in (j, lo, hi, bj, blo, bhi):
                 row["j_vs_full"] = j / bj
                 row["j_vs_full_lo"] = lo / bhi
                 row["j_vs_full_hi"] = hi / blo
-                if sigma_j is not None:
-                    rlo, rhi = widen(lo / bhi, hi / blo, sigma_j)
+                if sigma_ratio_j is not None:
+                    rlo, rhi = widen_ratio(lo / bhi, hi / blo, sigma_ratio_j)
                     row["j_vs_full_rep_lo"], row["j_vs_full_rep_hi"] = rlo, rhi
         out.append(row)
     return out
@@ -153,6 +221,7 @@ COLS = (
     "error",
 )
 COLS_REPEAT = COLS[:-1] + ("j_vs_full_rep_lo", "j_vs_full_rep_hi", "error")
+COLS_REPEAT_S = COLS_REPEAT[:-1] + ("s_vs_full_rep_lo", "s_vs_full_rep_hi", "error")
 
 
 def _pct(x: object) -> str:
@@ -192,6 +261,8 @@ def markdown(table: list[dict[str, object]], repeat: bool = False) -> str:
         full = r["method"] == "full"
         mem_v = "—" if full else _pct(r.get("mem_vs_full"))
         s_v = "—" if full else _pct(r.get("s_vs_full"))
+        if not full and r.get("s_vs_full_rep_lo") is not None:
+            s_v += f" [{_pct(r['s_vs_full_rep_lo'])}, {_pct(r['s_vs_full_rep_hi'])}]"
         line = (
             f"| {r['model']} | {r['method']} | {int(r['trainable_params']):,} | "
             f"{r['peak_mem_mib']:,.0f} | {mem_v} | "
@@ -223,7 +294,8 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     with a.probe_csv.open(newline="") as f:
         rows = [r for r in csv.DictReader(f) if r["status"] != "refused"]
-    sigma_j = None
+    sigma_j = sigma_s = None
+    how = ""
     if a.repeat is not None:
         with a.repeat.open(newline="") as f:
             spread = repeat_spread(rows, list(csv.DictReader(f)))
@@ -233,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
             )
             return 2
-        sigma_j = spread["sigma_j"]
+        sigma_j, sigma_s, how = ratio_sigmas(spread)
         a.out.with_name(a.out.name + "_repeat.json").write_text(json.dumps(spread, indent=1))
     methods = ("full", "lora", "qlora", "adalora", "bitfit")
     rows.sort(
@@ -245,9 +317,9 @@ def main(argv: list[str] | None = None) -> int:
             methods.index(r["method"]),
         )
     )
-    table = savings(rows, sigma_j)
+    table = savings(rows, sigma_ratio_j=sigma_j, sigma_ratio_s=sigma_s)
     with a.out.with_suffix(".csv").open("w", newline="") as f:
-        cols = COLS if sigma_j is None else COLS_REPEAT
+        cols = COLS if sigma_j is None else COLS_REPEAT if sigma_s is None else COLS_REPEAT_S
         w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
         w.writeheader()
         w.writerows(table)
@@ -264,15 +336,24 @@ def main(argv: list[str] | None = None) -> int:
             + markdown(sub, repeat=sigma_j is not None)
         )
     if sigma_j is not None:
-        parts.insert(
-            0,
-            (
-                f"Repeat spread: {spread['n_pairs']} cells measured again ({a.repeat}); one cell's "
-                f"J/step varies by {sigma_j * 100:.1f} % and its s/step by "
-                f"{spread['sigma_s'] * 100:.1f} % (log-sd) between processes. The last column is "
-                "the counter brackets widened by both cells' repeat spread (95 %).\n"
-            ),
+        text = (
+            f"Repeat spread: {spread['n_pairs']} cells measured again ({a.repeat}); one cell's "
+            f"J/step varies by {spread['sigma_j'] * 100:.1f} % and its s/step by "
+            f"{spread['sigma_s'] * 100:.1f} % (log-sd) between processes. "
         )
+        if sigma_s is None:
+            text += (
+                "The last column is the counter brackets widened by both cells' repeat spread "
+                "(95 %).\n"
+            )
+        else:
+            text += (
+                f"A method's ratio to full fine-tuning, measured in both tables "
+                f"({how}), varies by {sigma_j * 100:.1f} % in J/step and "
+                f"{sigma_s * 100:.1f} % in s/step (log-sd): the s/step ratios' intervals and "
+                "the last column (the counter brackets widened by it) are 95 %.\n"
+            )
+        parts.insert(0, text)
     a.out.with_suffix(".md").write_text("\n".join(parts))
     print("\n".join(parts))
     return 0

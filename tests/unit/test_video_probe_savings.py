@@ -85,3 +85,57 @@ def test_the_committed_h200_savings_rebuild(load_benchmark, tmp_path):
     with (tmp_path / "s.csv").open() as f:
         rebuilt = list(csv.DictReader(f))
     assert rebuilt == committed
+
+
+def test_ratio_spread_cancels_what_moves_both_cells_alike(load_benchmark):
+    import math
+
+    sv = load_benchmark("video_probe_savings")
+    # 25 coordinates; in the second table every cell of a coordinate is 30 % slower and dearer
+    # (one session's pace), and lora's ratio moves by exp(+-0.05) on top.
+    first, again = [], []
+    for i in range(25):
+        m = f"m{i}"
+        first += [
+            _row("full", 1000, 0.2, 40, 39, 41, model=m),
+            _row("lora", 800, 0.1, 30, 29, 31, model=m),
+        ]
+        e = 0.05 if i % 2 else -0.05
+        again += [
+            _row("full", 1000, 0.26, 52, 51, 53, model=m),
+            _row("lora", 800, 0.13 * math.exp(e), 39 * math.exp(e), 38, 40, model=m),
+        ]
+    spread = sv.repeat_spread(first, again)
+    assert spread["n_ratio_pairs"] == 25
+    assert spread["sigma_ratio_j"] == pytest.approx(0.05 / math.sqrt(2))
+    assert spread["sigma_ratio_s"] == pytest.approx(0.05 / math.sqrt(2))
+    assert spread["sigma_j"] > 0.18  # the cells alone moved by ~26 %
+    sj, ss, how = sv.ratio_sigmas(spread)
+    assert (sj, ss) == (spread["sigma_ratio_j"], spread["sigma_ratio_s"]) and "25 ratios" in how
+    lora = {r["method"]: r for r in sv.savings(first[:2], sigma_ratio_j=sj, sigma_ratio_s=ss)}[
+        "lora"
+    ]
+    f = math.exp(1.96 * sj)
+    assert lora["j_vs_full_rep_lo"] == pytest.approx(29 / 41 / f)
+    g = math.exp(1.96 * ss)
+    assert lora["s_vs_full_rep_lo"] == pytest.approx(0.5 / g)
+    assert lora["s_vs_full_rep_hi"] == pytest.approx(0.5 * g)
+    # Too few repeated ratios: the cells' spread, combined, and no s/step interval.
+    few = sv.repeat_spread(first[:4], again[:4])
+    sj2, ss2, _ = sv.ratio_sigmas(few)
+    assert ss2 is None and sj2 == pytest.approx(math.sqrt(2) * few["sigma_j"])
+
+
+def test_the_committed_5s_savings_rebuild(load_benchmark, tmp_path):
+    src = ROOT / "benchmarks/results/video_probe/probe_5s/probe.csv"
+    rep = ROOT / "benchmarks/results/video_probe/probe/probe.csv"
+    if not src.exists() or not rep.exists():
+        pytest.skip("no committed probe results")
+    sv = load_benchmark("video_probe_savings")
+    assert sv.main([str(src), "--repeat", str(rep), "--out", str(tmp_path / "s")]) == 0
+    for suffix in (".csv", ".md"):
+        committed = (ROOT / f"benchmarks/results/video_probe/savings_5s{suffix}").read_text()
+        rebuilt = (tmp_path / f"s{suffix}").read_text()
+        if suffix == ".md":  # the repeat file's path is printed as given
+            rebuilt = rebuilt.replace(str(rep), "benchmarks/results/video_probe/probe/probe.csv")
+        assert rebuilt == committed
