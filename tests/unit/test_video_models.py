@@ -156,3 +156,17 @@ def _has_hiera():
     except ImportError:
         return False
     return True
+
+
+def test_videomae_position_table_is_transformers_own_built_faster():
+    from transformers.models.videomae import modeling_videomae as mv
+
+    from jouleprof.workloads.video.families import sinusoid_table
+
+    original = mv.get_sinusoid_encoding_table
+    for n, d in ((1568, 768), (16, 32), (7, 5)):  # VideoMAE-B's 16 × 224² table, and odd sizes
+        assert torch.equal(sinusoid_table(n, d), original(n, d))
+    m = build_model("videomae-b", 3, tiny=True)
+    emb = m.net.videomae.embeddings
+    assert torch.equal(emb.position_embeddings, original(emb.num_patches, 32))
+    assert mv.get_sinusoid_encoding_table is original  # restored after the build

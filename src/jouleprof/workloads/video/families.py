@@ -9,7 +9,9 @@ downloaded where there is no network).
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +56,47 @@ def _load_into(net, path: Path) -> str:
     )
 
 
+def sinusoid_table(n_position: int, d_hid: int):
+    """VideoMAE's fixed sin-cos position table, (1, n_position, d_hid) float32: the same
+    values as transformers' `get_sinusoid_encoding_table` (the same float64 operations, then
+    float32), computed in one array operation instead of a Python loop over every position and
+    dimension (2 s of VideoMAE-B's 3 s build on a CPU, paid by every probe and study cell)."""
+    import numpy as np
+    import torch
+
+    hid = np.arange(d_hid)
+    angle = np.arange(n_position)[:, None] / np.power(10000, 2 * (hid // 2) / d_hid)[None, :]
+    angle[:, 0::2] = np.sin(angle[:, 0::2])
+    angle[:, 1::2] = np.cos(angle[:, 1::2])
+    return torch.FloatTensor(angle).unsqueeze(0)
+
+
+@contextlib.contextmanager
+def _fast_videomae_table(cls_name: str) -> Iterator[None]:
+    """While a VideoMAE model is built: its position table from `sinusoid_table`."""
+    mod = None
+    if cls_name.startswith("VideoMAE"):
+        try:
+            from transformers.models.videomae import modeling_videomae as mod
+        except ImportError:
+            mod = None
+    if mod is None or not hasattr(mod, "get_sinusoid_encoding_table"):
+        yield
+        return
+    original = mod.get_sinusoid_encoding_table
+    mod.get_sinusoid_encoding_table = sinusoid_table
+    try:
+        yield
+    finally:
+        mod.get_sinusoid_encoding_table = original
+
+
 def _hf(spec, cls_name: str, config_fn, num_classes, weights, tiny, frames, size):
+    with _fast_videomae_table(cls_name):
+        return _hf_build(spec, cls_name, config_fn, num_classes, weights, tiny, frames, size)
+
+
+def _hf_build(spec, cls_name: str, config_fn, num_classes, weights, tiny, frames, size):
     import transformers
 
     from jouleprof.workloads.video.classifier import VideoClassifier
