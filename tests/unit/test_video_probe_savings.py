@@ -73,20 +73,6 @@ def test_repeat_spread_from_pairs_and_the_widened_ratio(load_benchmark):
     assert "j_vs_full_rep_lo" not in {r["method"]: r for r in sv.savings(first)}["lora"]
 
 
-def test_the_committed_h200_savings_rebuild(load_benchmark, tmp_path):
-    src = ROOT / "benchmarks/results/video_probe/probe/probe.csv"
-    rep = ROOT / "benchmarks/results/video_probe/repeat/probe/probe.csv"
-    if not src.exists() or not rep.exists():
-        pytest.skip("no committed probe results")
-    sv = load_benchmark("video_probe_savings")
-    assert sv.main([str(src), "--repeat", str(rep), "--out", str(tmp_path / "s")]) == 0
-    with (ROOT / "benchmarks/results/video_probe/savings.csv").open() as f:
-        committed = list(csv.DictReader(f))
-    with (tmp_path / "s.csv").open() as f:
-        rebuilt = list(csv.DictReader(f))
-    assert rebuilt == committed
-
-
 def test_ratio_spread_cancels_what_moves_both_cells_alike(load_benchmark):
     import math
 
@@ -126,16 +112,23 @@ def test_ratio_spread_cancels_what_moves_both_cells_alike(load_benchmark):
     assert ss2 is None and sj2 == pytest.approx(math.sqrt(2) * few["sigma_j"])
 
 
-def test_the_committed_5s_savings_rebuild(load_benchmark, tmp_path):
-    src = ROOT / "benchmarks/results/video_probe/probe_5s/probe.csv"
-    rep = ROOT / "benchmarks/results/video_probe/probe/probe.csv"
+@pytest.mark.parametrize(
+    "probe, repeat, saved",
+    [
+        ("probe", "repeat/probe", "savings"),  # the 3 s table, against its 12 repeated cells
+        ("probe_5s", "probe", "savings_5s"),  # the 5 s table, against the whole 3 s table
+    ],
+)
+def test_the_committed_h200_savings_rebuild(load_benchmark, tmp_path, probe, repeat, saved):
+    base = "benchmarks/results/video_probe"
+    src, rep = ROOT / base / probe / "probe.csv", ROOT / base / repeat / "probe.csv"
     if not src.exists() or not rep.exists():
         pytest.skip("no committed probe results")
     sv = load_benchmark("video_probe_savings")
     assert sv.main([str(src), "--repeat", str(rep), "--out", str(tmp_path / "s")]) == 0
     for suffix in (".csv", ".md"):
-        committed = (ROOT / f"benchmarks/results/video_probe/savings_5s{suffix}").read_text()
+        committed = (ROOT / base / f"{saved}{suffix}").read_text()
         rebuilt = (tmp_path / f"s{suffix}").read_text()
-        if suffix == ".md":  # the repeat file's path is printed as given
-            rebuilt = rebuilt.replace(str(rep), "benchmarks/results/video_probe/probe/probe.csv")
+        # the repeat file's path is printed as given
+        rebuilt = rebuilt.replace(str(rep), f"{base}/{repeat}/probe.csv")
         assert rebuilt == committed
