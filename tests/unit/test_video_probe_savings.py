@@ -3,7 +3,6 @@ coordinates, energy ratios bounded by both cells' bounds; the committed H200 tab
 
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 
 import pytest
