@@ -49,13 +49,20 @@ def _sizes(run: Path) -> dict[str, int | None]:
 
 
 def attribute_one(
-    run: str, method: str, unpin_blas: bool = False, serial: bool = False, pool: bool = False
+    run: str,
+    method: str,
+    unpin_blas: bool = False,
+    serial: bool = False,
+    pool: bool = False,
+    ahead: str = "auto",
 ) -> dict:
     """Attribute `run` by `method` in this process; the timings and the result (JSON-able).
     `unpin_blas`: the fits run on BLAS's default thread pool instead of one thread (what the
     pin in `regression._one_blas_thread` saves). `serial`: every fit in this process (no
     worker pool for the model choice's independent fits, `attribution.parallel`); `pool`: the
-    pool wherever it can run, whatever the load. cpu_s counts this process and its finished
+    pool wherever it can run, whatever the load. `ahead`: the later choices' fits started with
+    the first ones ("on": wherever the pool runs; "off": never; "auto": where every one gets a
+    core, `parallel.SPECULATE`). cpu_s counts this process and its finished
     workers (workers_cpu_s)."""
     import contextlib
     import resource
@@ -67,6 +74,14 @@ def attribute_one(
             parallel.PARALLEL = not serial
         except ImportError:  # a version from before the pool
             pass
+    if ahead != "auto":
+        import jouleprof.attribution.parallel as parallel
+
+        if not hasattr(parallel, "SPECULATE"):
+            raise SystemExit("--ahead: this version of the code has no fits ahead of the choices")
+        parallel.SPECULATE = ahead == "on"
+        if ahead == "on":
+            parallel.PARALLEL = True
 
     if unpin_blas:
         import jouleprof.attribution.regression as regression
@@ -108,8 +123,8 @@ def _children_cpu_s() -> float:
     return t.children_user + t.children_system
 
 
-def _child(run: str, method: str, unpin_blas: bool, serial: bool, pool: bool) -> None:
-    doc = attribute_one(run, method, unpin_blas, serial, pool)
+def _child(run: str, method: str, unpin_blas: bool, serial: bool, pool: bool, ahead: str) -> None:
+    doc = attribute_one(run, method, unpin_blas, serial, pool, ahead)
     sys.stdout.write(json.dumps(doc, default=str))
 
 
@@ -193,6 +208,13 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="the worker pool for the independent fits whatever the machine's load",
     )
+    ap.add_argument(
+        "--ahead",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="the model choice's later fits started beside the first ones: where every one "
+        "gets a core (auto), wherever the pool runs (on), never (off)",
+    )
     ap.add_argument("--child", nargs=2, metavar=("RUN", "METHOD"), help=argparse.SUPPRESS)
     ap.add_argument(
         "--compare",
@@ -202,7 +224,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     a = ap.parse_args(argv)
     if a.child:
-        _child(*a.child, a.unpin_blas, a.serial, a.pool)
+        _child(*a.child, a.unpin_blas, a.serial, a.pool, a.ahead)
         return
     if a.compare:
         ok = True
@@ -233,6 +255,7 @@ def main(argv: list[str] | None = None) -> None:
         if a.pool
         else "where it pays (attribution.parallel)"
     )
+    meta["fits_ahead"] = a.ahead
     (a.out / "meta.json").write_text(json.dumps(meta, indent=2))
     env = {
         **os.environ,
@@ -253,7 +276,8 @@ def main(argv: list[str] | None = None) -> None:
                     [sys.executable, __file__, "--out", str(a.out), "--child", str(run), a.method]
                     + (["--unpin-blas"] if a.unpin_blas else [])
                     + (["--serial"] if a.serial else [])
-                    + (["--pool"] if a.pool else []),
+                    + (["--pool"] if a.pool else [])
+                    + ["--ahead", a.ahead],
                     capture_output=True,
                     text=True,
                     env=env,

@@ -37,8 +37,9 @@ def buffer_run(tmp_path_factory):
     return d
 
 
-def _attribute(d, monkeypatch, forced: bool) -> tuple[dict, list[int]]:
-    """The attribution's JSON with the pool forced on or off, and each pool's number of fits."""
+def _attribute(d, monkeypatch, forced: bool, ahead: bool = False) -> tuple[dict, list[int]]:
+    """The attribution's JSON with the pool forced on or off (and the fits ahead of the
+    choices forced on, or off), and each pool's number of fits."""
     pools: list[int] = []
 
     def counted(fit, todo, n):
@@ -47,6 +48,7 @@ def _attribute(d, monkeypatch, forced: bool) -> tuple[dict, list[int]]:
 
     monkeypatch.setattr(parallel, "_fit_in_pool", counted)
     monkeypatch.setattr(parallel, "PARALLEL", forced)
+    monkeypatch.setattr(parallel, "SPECULATE", ahead)
     res = attribute(d, "regression", None, 0, bins=True, use_buffer=True)
     return json.loads(json.dumps(res.to_json(), default=str)), pools
 
@@ -61,6 +63,52 @@ def test_the_pool_gives_the_serial_result(buffer_run, monkeypatch):
     dev = pooled["devices"][0]
     assert any(p["resolved"] for p in dev["phases"])
     assert any(n.startswith("buffer window: ") for n in dev["notes"])
+
+
+def test_fits_ahead_of_the_choices_give_the_serial_result(buffer_run, monkeypatch):
+    serial, _ = _attribute(buffer_run, monkeypatch, False)
+    ahead, pools = _attribute(buffer_run, monkeypatch, True, ahead=True)
+    # both models and, for each, the three other buffer windows, in one round; the buffer
+    # window's search then finds its fits ready; the chosen model beside the check
+    assert pools == [8, 2]
+    assert ahead == serial
+
+
+def test_fits_ahead_only_where_each_has_a_core(monkeypatch):
+    from dataclasses import replace
+
+    from jouleprof.attribution.parallel import PrefetchingFit, speculate
+    from jouleprof.attribution.regression_choice import _fits_ahead
+    from jouleprof.attribution.regression_config import RegressionConfig
+
+    cfg = RegressionConfig(stall_model=None, bins=None)
+    binned, windows = _fits_ahead(cfg, None)
+    assert [(c.bins, c.stall_model, c.intervals) for c in binned] == [
+        (True, False, False),
+        (True, True, False),
+    ]
+    n_scales = len(set(cfg.buffer_window_scales) - {1.0})
+    assert len(windows) == 4 * n_scales and len(set(windows)) == len(windows)
+    assert _fits_ahead(replace(cfg, use_buffer=False), None)[1] == []
+    assert _fits_ahead(replace(cfg, stall_model=True), False) == (
+        [],
+        [c for c in windows if c.stall_model and not c.bins],
+    )
+    started: list[int] = []
+    monkeypatch.setattr(parallel, "_fit_in_pool", lambda fit, todo, n: started.append(n))
+    monkeypatch.setattr(parallel, "PARALLEL", None)
+    monkeypatch.setattr(parallel, "SPECULATE", None)
+    monkeypatch.setattr(parallel, "_fork_is_safe", lambda: True)
+    monkeypatch.setattr(parallel.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    fit = PrefetchingFit(lambda c: None, size=10 * parallel.MIN_SAMPLES)
+    for cores, fits, runs in ((2, 4, False), (4, 4, True), (16, 16, True), (8, 16, False)):
+        monkeypatch.setattr(
+            parallel.os, "sched_getaffinity", lambda pid, k=cores: set(range(k)), raising=False
+        )
+        assert speculate(fit, list(range(fits))) is runs, (cores, fits)
+    assert started == [4, 16]
+    monkeypatch.setattr(parallel, "SPECULATE", False)
+    assert speculate(fit, list(range(4))) is False
 
 
 def test_the_pool_is_skipped_where_it_does_not_pay(monkeypatch):

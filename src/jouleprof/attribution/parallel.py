@@ -40,6 +40,11 @@ PARALLEL: bool | None = None
 """None: the pool where it pays (module docstring); True: wherever two configs and the fork
 start method allow it (tests); False: never."""
 
+SPECULATE: bool | None = None
+"""None: the model choice's later fits are also started early, for every outcome the earlier
+choices can have, only where idle cores run all of them at once (`speculate`); True: wherever
+the pool runs (tests); False: never."""
+
 MIN_SAMPLES = 4000
 """The device's samples below which the fits stay in this process (`PrefetchingFit.size`)."""
 
@@ -132,6 +137,23 @@ def prefetch(fit, cfgs: Iterable) -> None:
         _fit_in_pool(fit, todo, n)
 
 
+def speculate(fit, cfgs: Iterable) -> bool:
+    """Fit `cfgs` at once in worker processes, as `prefetch`, but only where every one of them
+    gets its own worker (one round; SPECULATE True: wherever the pool runs). For fits a later
+    choice may ask for whatever the earlier choices decide: the choices then take theirs as
+    they come, in their own order, and the rest are discarded unused, so the result is the one
+    the serial code gives. True where the fits were started."""
+    if not isinstance(fit, PrefetchingFit) or SPECULATE is False:
+        return False
+    todo = [c for c in dict.fromkeys(cfgs) if c not in fit.ready]
+    n = workers(len(todo), fit.size)
+    if n < 2 or (n < len(todo) and not SPECULATE):
+        return False
+    with stage(f"{len(todo)} fits in {n} processes, ahead of the choices"):
+        _fit_in_pool(fit, todo, n)
+    return True
+
+
 def _fit_in_pool(fit: PrefetchingFit, todo: list, n: int) -> None:
     """`prefetch`'s pool: `todo` fitted in `n` forked workers, into fit.ready."""
     global _JOB
@@ -182,4 +204,13 @@ def _run(cfg):
     return _JOB._carry(cfg)
 
 
-__all__ = ["MIN_SAMPLES", "PARALLEL", "PrefetchingFit", "discard", "prefetch", "workers"]
+__all__ = [
+    "MIN_SAMPLES",
+    "PARALLEL",
+    "SPECULATE",
+    "PrefetchingFit",
+    "discard",
+    "prefetch",
+    "speculate",
+    "workers",
+]

@@ -23,7 +23,7 @@ import numpy as np
 
 from jouleprof.attribution.bins import bin_counts
 from jouleprof.attribution.common import Timeline
-from jouleprof.attribution.parallel import discard, prefetch
+from jouleprof.attribution.parallel import discard, prefetch, speculate
 from jouleprof.attribution.regression_config import RegressionConfig
 from jouleprof.attribution.result import DeviceAttribution, pct_text, unresolved
 from jouleprof.attribution.rows import BUFFER, KIND_NAMES
@@ -78,7 +78,13 @@ def choose_model(fit: Fit, timeline: Timeline, cfg: RegressionConfig) -> DeviceA
         bins = False  # no phase long enough to cut
     first = replace(cfg, bins=bool(bins))
     if cfg.stall_model is None:  # both models at once where a pool pays (`parallel`)
-        prefetch(fit, [replace(first, stall_model=s, intervals=False) for s in (False, True)])
+        pair = [replace(first, stall_model=s, intervals=False) for s in (False, True)]
+        # With cores enough, the later choices' fits too, for every outcome (`speculate`).
+        binned, windows = _fits_ahead(cfg, bins)
+        if not speculate(fit, pair + binned + windows) and not (
+            binned and speculate(fit, pair + binned)
+        ):
+            prefetch(fit, pair)
     with stage("choose the stall model" if cfg.stall_model is None else "fit"):
         res = _auto_stall(point, first) if cfg.stall_model is None else point(first)
     if bins is None:
@@ -129,6 +135,30 @@ def choose_model(fit: Fit, timeline: Timeline, cfg: RegressionConfig) -> DeviceA
             final = _widen_by_bin_length(point, cfg, final)
     discard(fit)
     return final
+
+
+def _fits_ahead(
+    cfg: RegressionConfig, bins: bool | None
+) -> tuple[list[RegressionConfig], list[RegressionConfig]]:
+    """The point fits the bins choice and the buffer window's search will ask for, for each
+    outcome of the stall choice (and of the bins choice), keyed as they ask for them: (the
+    binned fit of either model, where bins are chosen; the buffer window's other lengths for
+    each (model, bins) pair, where the run may have buffer rows)."""
+    stalls = (False, True) if cfg.stall_model is None else (bool(cfg.stall_model),)
+    binned = []
+    if bins is None:
+        binned = [replace(cfg, bins=True, stall_model=s, intervals=False) for s in stalls]
+    windows = []
+    if cfg.use_buffer is not False and cfg.buffer_window_scales:
+        scales = sorted(set(cfg.buffer_window_scales) - {1.0})
+        for s in stalls:
+            for b in (False, True) if bins is None else (bool(bins),):
+                base = replace(cfg, bins=b, stall_model=s)
+                windows += [
+                    replace(base, buffer_window_s=sc * base.buffer_window_s, intervals=False)
+                    for sc in scales
+                ]
+    return binned, windows
 
 
 def _widen(res: DeviceAttribution, moved_j: dict[str, float], what: str) -> dict[str, float]:
