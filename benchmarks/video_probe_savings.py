@@ -106,6 +106,11 @@ def repeat_spread(first: list[dict[str, str]], again: list[dict[str, str]]) -> d
     }
 
 
+def pair_sigma(sigma_cell: float) -> float:
+    """One ratio's log-spread from one cell's, both cells of the ratio drawn independently."""
+    return math.sqrt(2.0) * sigma_cell
+
+
 MIN_RATIO_PAIRS = 20
 """Fewer repeated ratios than this and the ratios' spread is built from the cells' instead."""
 
@@ -121,7 +126,7 @@ def ratio_sigmas(spread: dict[str, object]) -> tuple[float, float | None, str]:
             f"{spread['n_ratio_pairs']} ratios measured twice",
         )
     return (
-        math.sqrt(2.0) * float(spread["sigma_j"]),  # type: ignore[arg-type]
+        pair_sigma(float(spread["sigma_j"])),  # type: ignore[arg-type]
         None,
         f"{spread['n_pairs']} cells measured twice, both cells' spread combined",
     )
@@ -135,7 +140,7 @@ def widen_ratio(lo: float, hi: float, sigma_ratio: float, z: float = 1.96) -> tu
 
 def widen(lo: float, hi: float, sigma: float, z: float = 1.96) -> tuple[float, float]:
     """A ratio's bracket [lo, hi] of two cells, widened by both cells' repeat log-spread."""
-    return widen_ratio(lo, hi, math.sqrt(2.0) * sigma, z)
+    return widen_ratio(lo, hi, pair_sigma(sigma), z)
 
 
 def savings(
@@ -151,7 +156,7 @@ def savings(
     ratio's bracket into `j_vs_full_rep_lo/hi`; sigma_ratio_s gives the s/step ratio an interval
     (`s_vs_full_rep_lo/hi`)."""
     if sigma_ratio_j is None and sigma_j is not None:
-        sigma_ratio_j = math.sqrt(2.0) * sigma_j
+        sigma_ratio_j = pair_sigma(sigma_j)
     ok = [r for r in rows if r["status"] == "ok"]
     base = {
         (r["model"], r["precision"], r["batch"], r["checkpointing"]): r
@@ -294,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     with a.probe_csv.open(newline="") as f:
         rows = [r for r in csv.DictReader(f) if r["status"] != "refused"]
-    sigma_j = sigma_s = None
+    ratio_j = ratio_s = None  # one measured ratio's log-spread (J/step, s/step)
     how = ""
     if a.repeat is not None:
         with a.repeat.open(newline="") as f:
@@ -305,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
             )
             return 2
-        sigma_j, sigma_s, how = ratio_sigmas(spread)
+        ratio_j, ratio_s, how = ratio_sigmas(spread)
         a.out.with_name(a.out.name + "_repeat.json").write_text(json.dumps(spread, indent=1))
     methods = ("full", "lora", "qlora", "adalora", "bitfit")
     rows.sort(
@@ -317,9 +322,9 @@ def main(argv: list[str] | None = None) -> int:
             methods.index(r["method"]),
         )
     )
-    table = savings(rows, sigma_ratio_j=sigma_j, sigma_ratio_s=sigma_s)
+    table = savings(rows, sigma_ratio_j=ratio_j, sigma_ratio_s=ratio_s)
     with a.out.with_suffix(".csv").open("w", newline="") as f:
-        cols = COLS if sigma_j is None else COLS_REPEAT if sigma_s is None else COLS_REPEAT_S
+        cols = COLS if ratio_j is None else COLS_REPEAT if ratio_s is None else COLS_REPEAT_S
         w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
         w.writeheader()
         w.writerows(table)
@@ -333,15 +338,15 @@ def main(argv: list[str] | None = None) -> int:
         ]
         parts.append(
             f"### {prec}, batch {batch}, checkpointing {ck}\n\n"
-            + markdown(sub, repeat=sigma_j is not None)
+            + markdown(sub, repeat=ratio_j is not None)
         )
-    if sigma_j is not None:
+    if ratio_j is not None:
         text = (
             f"Repeat spread: {spread['n_pairs']} cells measured again ({a.repeat}); one cell's "
             f"J/step varies by {spread['sigma_j'] * 100:.1f} % and its s/step by "
             f"{spread['sigma_s'] * 100:.1f} % (log-sd) between processes. "
         )
-        if sigma_s is None:
+        if ratio_s is None:
             text += (
                 "The last column is the counter brackets widened by both cells' repeat spread "
                 "(95 %).\n"
@@ -349,8 +354,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             text += (
                 f"A method's ratio to full fine-tuning, measured in both tables "
-                f"({how}), varies by {sigma_j * 100:.1f} % in J/step and "
-                f"{sigma_s * 100:.1f} % in s/step (log-sd): the s/step ratios' intervals and "
+                f"({how}), varies by {ratio_j * 100:.1f} % in J/step and "
+                f"{ratio_s * 100:.1f} % in s/step (log-sd): the s/step ratios' intervals and "
                 "the last column (the counter brackets widened by it) are 95 %.\n"
             )
         parts.insert(0, text)

@@ -127,14 +127,7 @@ def _idle_cores(cores: int) -> int:
 def prefetch(fit, cfgs: Iterable) -> None:
     """Fit `cfgs` at once in worker processes where that pays (`workers`), for `fit`'s later
     calls; nothing where `fit` is not a PrefetchingFit or the pool does not pay."""
-    if not isinstance(fit, PrefetchingFit):
-        return
-    todo = [c for c in dict.fromkeys(cfgs) if c not in fit.ready]
-    n = workers(len(todo), fit.size)
-    if n < 2:
-        return
-    with stage(f"{len(todo)} fits in {n} processes"):
-        _fit_in_pool(fit, todo, n)
+    _start(fit, cfgs, one_round=False)
 
 
 def speculate(fit, cfgs: Iterable) -> bool:
@@ -143,13 +136,21 @@ def speculate(fit, cfgs: Iterable) -> bool:
     choice may ask for whatever the earlier choices decide: the choices then take theirs as
     they come, in their own order, and the rest are discarded unused, so the result is the one
     the serial code gives. True where the fits were started."""
-    if not isinstance(fit, PrefetchingFit) or SPECULATE is False:
+    if SPECULATE is False:
+        return False
+    return _start(fit, cfgs, one_round=not SPECULATE, label=", ahead of the choices")
+
+
+def _start(fit, cfgs: Iterable, one_round: bool, label: str = "") -> bool:
+    """The pool for those of `cfgs` not fitted yet, where it pays (and, `one_round`, only where
+    each gets a worker of its own); True where it ran."""
+    if not isinstance(fit, PrefetchingFit):
         return False
     todo = [c for c in dict.fromkeys(cfgs) if c not in fit.ready]
     n = workers(len(todo), fit.size)
-    if n < 2 or (n < len(todo) and not SPECULATE):
+    if n < 2 or (one_round and n < len(todo)):
         return False
-    with stage(f"{len(todo)} fits in {n} processes, ahead of the choices"):
+    with stage(f"{len(todo)} fits in {n} processes{label}"):
         _fit_in_pool(fit, todo, n)
     return True
 
