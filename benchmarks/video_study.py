@@ -33,6 +33,12 @@ GPU_LRS: dict[str, tuple[float, ...]] = {
 """Learning rates searched per method on the GPU, the likelier first (a study cut short runs
 every method's first rate before any second one). The models are randomly initialized, so the
 rates are higher than fine-tuning from a checkpoint would use."""
+PRESETS: dict[str, dict] = {
+    "full": {"epochs": 6, "clips": "960,240,240"},
+    "compact": {"epochs": 4, "clips": "480,120,120"},
+}
+"""Sizes of the GPU study: a search cell trains epochs x clips/16 steps (full: 360, compact:
+120), a confirmation cell 10 epochs (full: 600 steps, compact: 300)."""
 
 
 def _meta(out: Path, argv: list[str], extra: dict) -> None:
@@ -55,15 +61,21 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="only the smoke cells and the learning-rate search (no ablation, no confirmation)",
     )
+    ap.add_argument(
+        "--preset",
+        choices=sorted(PRESETS),
+        default="full",
+        help="GPU sizes: 'full' (960 training clips, 6-epoch search) or 'compact' (480 clips, "
+        "4-epoch search: sized to fit beside the probe in ~30 GPU-minutes); explicit flags win",
+    )
+    ap.add_argument("--no-preload", action="store_true", help="cells as plain processes")
     ap.add_argument("--frames", type=int, default=8, help="frames per clip (GPU run)")
     ap.add_argument("--size", type=int, default=112, help="frame side in pixels (GPU run)")
-    ap.add_argument("--epochs", type=int, default=6, help="epochs of every search cell")
+    ap.add_argument("--epochs", type=int, default=None, help="epochs of every search cell")
     ap.add_argument("--confirm-epochs", type=int, default=10)
     ap.add_argument("--confirm-seeds", default="17,18,19", help="seeds of the confirmation runs")
     ap.add_argument("--batch-size", type=int, default=16)
-    ap.add_argument(
-        "--clips", default="960,240,240", help="synthetic clips in train,val,test (GPU run)"
-    )
+    ap.add_argument("--clips", default=None, help="synthetic clips in train,val,test (GPU run)")
     ap.add_argument(
         "--lr",
         action="append",
@@ -73,6 +85,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--precisions", default="fp16,bf16", help="precisions of the ablation")
     args = ap.parse_args(argv)
+    for k, v in PRESETS[args.preset].items():
+        if getattr(args, k) is None:
+            setattr(args, k, v)
     # Cells are subprocesses started elsewhere: they need the package on an absolute path.
     src = str(ROOT / "src")
     os.environ["PYTHONPATH"] = os.pathsep.join(
@@ -145,6 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         time_budget_s=args.budget_s,
         budget_split=SPLIT,
         progress=True,
+        preload=not args.no_preload,
         on_stage=lambda s, n: print(
             f"== stage {s}: {n} cell(s), {time.monotonic() - t0:.0f} s in", flush=True
         ),

@@ -22,55 +22,75 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from jouleprof.bench.cellserver import CellServer
     from jouleprof.bench.cooldown import CooldownConfig
     from jouleprof.bench.matrix import Cell, Executor, Plan
 
 log = logging.getLogger(__name__)
 
 EXIT_TIMEOUT = 124
-_LIVE: set[subprocess.Popen] = set()
+_LIVE: set[Any] = set()
+"""Running cells: subprocess.Popen or cellserver.ServedCell (each has pid and wait(timeout))."""
 _LIVE_LOCK = threading.Lock()
 
 
 def run_process(
-    argv: Sequence[str], cell_dir: Path, timeout_s: float, env: dict[str, str] | None = None
+    argv: Sequence[str],
+    cell_dir: Path,
+    timeout_s: float,
+    env: dict[str, str] | None = None,
+    server: CellServer | None = None,
 ) -> int:
     """Run one cell's command, its output to cell_dir/cell.log; returns its exit code.
 
     The process gets its own session, so a timeout kills it with every child it started
     (data loader workers, torchrun's ranks); past the timeout error.txt says so and the code is
-    124. A signal-killed process returns minus the signal's number.
+    124. A signal-killed process returns minus the signal's number. With a `server` (a
+    `cellserver.CellServer` that accepts the command) the process is forked from it, its heavy
+    imports already done; a server that has gone falls back to a plain process.
     """
     cell_dir = Path(cell_dir)
-    with (cell_dir / "cell.log").open("w") as f:
+    log_path = cell_dir / "cell.log"
+    env = os.environ.copy() if env is None else env
+    p: Any = None
+    if server is not None:
+        log_path.write_text("")
         try:
-            p = subprocess.Popen(
-                list(argv),
-                stdout=f,
-                stderr=subprocess.STDOUT,
-                env=os.environ.copy() if env is None else env,
-                start_new_session=True,
-            )
-        except OSError as e:  # no such program: the cell fails with the reason
-            (cell_dir / "error.txt").write_text(f"cannot start {argv[0]!r}: {e.strerror or e}\n")
-            return 127
+            p = server.start(argv, log_path, env)
+        except RuntimeError as e:
+            log.warning("%s: starting the cell as a plain process", e)
+    if p is None:
+        with log_path.open("w") as f:
+            try:
+                p = subprocess.Popen(
+                    list(argv),
+                    stdout=f,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    start_new_session=True,
+                )
+            except OSError as e:  # no such program: the cell fails with the reason
+                (cell_dir / "error.txt").write_text(
+                    f"cannot start {argv[0]!r}: {e.strerror or e}\n"
+                )
+                return 127
+    with _LIVE_LOCK:
+        _LIVE.add(p)
+    try:
+        return p.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        _signal_group(p, signal.SIGKILL)
+        p.wait()
+        (cell_dir / "error.txt").write_text(
+            f"TimeoutExpired: the cell ran past its {timeout_s:.0f} s limit and was killed\n"
+        )
+        return EXIT_TIMEOUT
+    finally:
         with _LIVE_LOCK:
-            _LIVE.add(p)
-        try:
-            return p.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            _signal_group(p, signal.SIGKILL)
-            p.wait()
-            (cell_dir / "error.txt").write_text(
-                f"TimeoutExpired: the cell ran past its {timeout_s:.0f} s limit and was killed\n"
-            )
-            return EXIT_TIMEOUT
-        finally:
-            with _LIVE_LOCK:
-                _LIVE.discard(p)
+            _LIVE.discard(p)
 
 
-def _signal_group(p: subprocess.Popen, sig: int) -> None:
+def _signal_group(p: Any, sig: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(p.pid, sig)
 
@@ -122,6 +142,9 @@ class LocalExecutor:
             one cell per GPU at once, each seeing only the GPU(s) it was given.
         cooldown: wait for a GPU cell's GPUs to cool before it starts (None: never).
         slots: instead of `gpus`, run a cell through each of these at once.
+        preload: modules to import once in a `cellserver.CellServer` that forks the cells
+            (`python -m MODULE` commands on at most one GPU; others start as plain processes).
+            Each running cell has its own server; `close()` ends them. None: plain processes.
     """
 
     def __init__(
@@ -129,6 +152,7 @@ class LocalExecutor:
         gpus: Sequence[int] | None = None,
         cooldown: CooldownConfig | None = None,
         slots: Sequence[Slot] | None = None,
+        preload: Sequence[str] | None = None,
     ) -> None:
         if gpus is not None:
             gpus = [int(g) for g in gpus]
@@ -140,6 +164,44 @@ class LocalExecutor:
             raise ValueError("give either gpus or slots, not both")
         self.gpus, self.cooldown, self.slots = gpus, cooldown, slots
         self._cool = None
+        self.preload = tuple(preload) if preload else None
+        self._servers: list[CellServer] = []  # idle servers, kept across execute() calls
+        self._servers_lock = threading.Lock()
+        self._server_failed: str | None = None
+
+    # -- cell servers --------------------------------------------------------------------------
+
+    def _take_server(self, plan: Plan) -> CellServer | None:
+        """An idle live server (started if none is idle); None where preloading is off or a
+        server could not start (then every cell starts as a plain process, said once)."""
+        if self.preload is None or self._server_failed is not None:
+            return None
+        with self._servers_lock:
+            while self._servers:
+                server = self._servers.pop()
+                if server.alive:
+                    return server
+                server.close()
+        from jouleprof.bench.cellserver import CellServer
+
+        try:
+            return CellServer(self.preload, plan.out / "cellserver.log")
+        except (RuntimeError, OSError) as e:
+            self._server_failed = str(e)
+            log.warning("%s: cells start as plain processes", e)
+            return None
+
+    def _give_server(self, server: CellServer | None) -> None:
+        if server is not None:
+            with self._servers_lock:
+                self._servers.append(server)
+
+    def close(self) -> None:
+        """End the idle cell servers (a later cell starts a new one)."""
+        with self._servers_lock:
+            servers, self._servers = self._servers, []
+        for server in servers:
+            server.close()
 
     # -- one cell ------------------------------------------------------------------------------
 
@@ -157,8 +219,19 @@ class LocalExecutor:
         argv = cell.command(cdir)
         if cell.gpus > 1:
             argv = torchrun_argv(argv, cell.gpus)
+        server = None
+        if self.preload is not None and cell.gpus <= 1:
+            from jouleprof.bench.cellserver import CellServer
+
+            if CellServer.accepts(argv):
+                server = self._take_server(plan)
         t0 = time.monotonic()
-        code = run_process(argv, cdir, cell.timeout_s, cell_env(gpus if cell.gpus else []))
+        try:
+            code = run_process(
+                argv, cdir, cell.timeout_s, cell_env(gpus if cell.gpus else []), server=server
+            )
+        finally:
+            self._give_server(server)
         label = ",".join(str(g) for g in gpus) if gpus else None
         plan.finish(cell, code, time.monotonic() - t0, gpu=label, launched=argv[:6])
 

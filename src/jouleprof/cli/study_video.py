@@ -72,6 +72,13 @@ def study_video_cmd(
     ] = None,
     cell_timeout_s: Annotated[float, typer.Option(help="Kill a cell after this long.")] = 1800.0,
     executor: Annotated[str, typer.Option(help="local or slurm.")] = "local",
+    preload: Annotated[
+        bool,
+        typer.Option(
+            help="Local executor: fork each cell from one process that imported torch, "
+            "transformers and peft once (each cell is still its own process)."
+        ),
+    ] = True,
     retry_failed: Annotated[bool, typer.Option(help="Rerun failed cells.")] = False,
     time_budget_s: Annotated[
         float | None, typer.Option(help="Start no new cell after this long (rerun to resume).")
@@ -121,6 +128,7 @@ def study_video_cmd(
             executor=executor,
             retry_failed=retry_failed,
             time_budget_s=time_budget_s,
+            preload=preload,
             on_stage=lambda s, n: note(f"stage {s}: {n} cell(s)"),
         )
     except ValueError as e:

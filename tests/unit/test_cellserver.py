@@ -1,0 +1,126 @@
+"""Cells forked from a preloading server: each its own process, log, exit code and timeout."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from jouleprof.bench.cellserver import CellServer
+from jouleprof.bench.executors import EXIT_TIMEOUT, LocalExecutor, run_process
+from jouleprof.bench.matrix import Cell, run_matrix
+
+PROBE = textwrap.dedent(
+    """
+    import json, os, sys, time
+    mode = sys.argv[1]
+    if mode == "ok":
+        print(json.dumps({
+            "pid": os.getpid(), "sid": os.getsid(0), "argv": sys.argv[1:],
+            "preloaded": "jouleprof.units" in sys.modules, "env": os.environ.get("JP_PROBE"),
+        }))
+    elif mode == "exit3":
+        sys.exit(3)
+    elif mode == "crash":
+        raise ValueError("the cell's own bug")
+    elif mode == "sleep":
+        time.sleep(60)
+    """
+)
+
+
+@pytest.fixture
+def probe_dir(tmp_path, monkeypatch):
+    """A folder holding the module `cellprobe`, made the working directory."""
+    (tmp_path / "cellprobe.py").write_text(PROBE)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def _argv(mode: str) -> list[str]:
+    return [sys.executable, "-m", "cellprobe", mode]
+
+
+def _cell_dir(root: Path, name: str) -> Path:
+    d = root / name
+    d.mkdir()
+    return d
+
+
+def test_a_served_cell_is_its_own_process_with_the_preloaded_modules(probe_dir):
+    server = CellServer(["jouleprof.units", "no_such_module_xyz"], probe_dir / "server.log")
+    try:
+        assert server.loaded == ["jouleprof.units"]
+        assert "no_such_module_xyz" in server.failed
+        d = _cell_dir(probe_dir, "c1")
+        code = run_process(_argv("ok"), d, 30, env={"JP_PROBE": "seen", "PATH": "/usr/bin"},
+                           server=server)  # fmt: skip
+        assert code == 0
+        got = json.loads((d / "cell.log").read_text().strip().splitlines()[-1])
+        assert got["argv"] == ["ok"]
+        assert got["preloaded"] is True
+        assert got["env"] == "seen"
+        assert got["pid"] == got["sid"]  # its own session: a timeout kills its whole group
+        assert got["pid"] not in (server._p.pid, __import__("os").getpid())
+        # A second cell from the same server is another process.
+        d2 = _cell_dir(probe_dir, "c2")
+        assert run_process(_argv("ok"), d2, 30, server=server) == 0
+        got2 = json.loads((d2 / "cell.log").read_text().strip().splitlines()[-1])
+        assert got2["pid"] != got["pid"]
+    finally:
+        server.close()
+
+
+def test_served_cells_report_exit_codes_crashes_and_timeouts(probe_dir):
+    server = CellServer(["jouleprof.units"], probe_dir / "server.log")
+    try:
+        assert run_process(_argv("exit3"), _cell_dir(probe_dir, "e"), 30, server=server) == 3
+        d = _cell_dir(probe_dir, "crash")
+        assert run_process(_argv("crash"), d, 30, server=server) == 1
+        assert "ValueError: the cell's own bug" in (d / "cell.log").read_text()
+        d = _cell_dir(probe_dir, "slow")
+        assert run_process(_argv("sleep"), d, 1.0, server=server) == EXIT_TIMEOUT
+        assert "killed" in (d / "error.txt").read_text()
+        # The server goes on serving after a killed cell.
+        assert run_process(_argv("ok"), _cell_dir(probe_dir, "after"), 30, server=server) == 0
+    finally:
+        server.close()
+
+
+def test_only_python_dash_m_commands_are_served():
+    assert CellServer.accepts([sys.executable, "-m", "jouleprof.cli.main", "run"])
+    assert not CellServer.accepts([sys.executable, "script.py"])
+    assert not CellServer.accepts(["/usr/bin/env", "-m", "x"])
+    assert not CellServer.accepts([sys.executable, "-c", "print(1)"])
+
+
+def test_a_matrix_runs_through_one_preloading_executor_and_falls_back_for_other_commands(
+    probe_dir,
+):
+    ex = LocalExecutor(preload=["jouleprof.units"])
+    cells = [
+        Cell("a", (*_argv("ok"),), {"k": 1}, timeout_s=30),
+        Cell("b", (*_argv("exit3"),), {"k": 2}, timeout_s=30),
+        Cell("c", (sys.executable, str(probe_dir / "cellprobe.py"), "ok"), {"k": 3}, timeout_s=30),
+    ]
+    try:
+        res = run_matrix(probe_dir / "study", {}, cells, executor=ex, progress=False)
+        # Resumed with the same executor (a study runs its stages so): nothing runs again.
+        again = run_matrix(probe_dir / "study", {}, cells, executor=ex, progress=False)
+    finally:
+        ex.close()
+    codes = {
+        c.cell_id: json.loads((probe_dir / "study/cells" / c.cell_id / "cell.json").read_text())
+        for c in cells
+    }
+    assert [codes[k]["attempts"][-1]["exit_code"] for k in "abc"] == [0, 3, 0]
+    assert len(res.ran) == 3 and "b" in res.failed
+    assert [c for c in again.ran if c != "b"] == []  # nothing but the failed cell again
+    a = json.loads((probe_dir / "study/cells/a/cell.log").read_text().strip().splitlines()[-1])
+    c = json.loads((probe_dir / "study/cells/c/cell.log").read_text().strip().splitlines()[-1])
+    assert a["preloaded"] is True  # forked from the server
+    assert c["preloaded"] is False  # a script: a plain process
+    assert (probe_dir / "study" / "cellserver.log").exists()
