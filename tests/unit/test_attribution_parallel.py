@@ -100,6 +100,7 @@ def test_fits_ahead_only_where_each_has_a_core(monkeypatch):
     monkeypatch.setattr(parallel, "SPECULATE", None)
     monkeypatch.setattr(parallel, "_fork_is_safe", lambda: True)
     monkeypatch.setattr(parallel.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    monkeypatch.setattr(parallel, "_runnable_now", lambda: None)
     fit = PrefetchingFit(lambda c: None, size=10 * parallel.MIN_SAMPLES)
     for cores, fits, runs in ((2, 4, False), (4, 4, True), (16, 16, True), (8, 16, False)):
         monkeypatch.setattr(
@@ -113,6 +114,7 @@ def test_fits_ahead_only_where_each_has_a_core(monkeypatch):
 
 def test_the_pool_is_skipped_where_it_does_not_pay(monkeypatch):
     monkeypatch.setattr(parallel, "PARALLEL", None)
+    monkeypatch.setattr(parallel, "_runnable_now", lambda: None)
     monkeypatch.setattr(parallel.os, "getloadavg", lambda: (1.0, 1.0, 1.0))  # one core busy
     monkeypatch.setattr(parallel.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
     assert parallel.workers(3, 10 * parallel.MIN_SAMPLES) == 2
@@ -124,6 +126,25 @@ def test_the_pool_is_skipped_where_it_does_not_pay(monkeypatch):
     assert parallel.workers(3, 10 * parallel.MIN_SAMPLES) == 0
     monkeypatch.setattr(parallel, "PARALLEL", True)
     assert parallel.workers(3, 10) >= 2
+
+
+def test_idle_cores_count_what_runs_now_where_the_average_still_counts_ended_work(monkeypatch):
+    # The load average trails: back-to-back attributions leave it high while nothing else
+    # runs. The cores counted busy are the fewer of the average and what is runnable now
+    # besides this process; a machine busy now stays busy.
+    monkeypatch.setattr(parallel.os, "getloadavg", lambda: (2.2, 2.0, 2.0))
+    monkeypatch.setattr(parallel, "_runnable_now", lambda: 1)  # this process alone
+    assert parallel._idle_cores(2) == 2
+    assert parallel._idle_cores(16) == 16
+    monkeypatch.setattr(parallel, "_runnable_now", lambda: 3)  # two others run now
+    assert parallel._idle_cores(2) == 0
+    assert parallel._idle_cores(16) == 14
+    monkeypatch.setattr(parallel, "_runnable_now", lambda: 9)  # the average is the fewer
+    assert parallel._idle_cores(16) == 14
+    monkeypatch.setattr(parallel, "_runnable_now", lambda: None)  # no /proc/stat
+    assert parallel._idle_cores(16) == 14
+    got = parallel._runnable_now()
+    assert got is None or got >= 1  # where Linux answers, at least this process runs
 
 
 def test_the_default_pool_does_not_fork_beside_other_threads_or_cuda(monkeypatch):
@@ -148,3 +169,25 @@ def test_the_default_pool_does_not_fork_beside_other_threads_or_cuda(monkeypatch
     fake_cuda = types.SimpleNamespace(is_initialized=lambda: True)
     monkeypatch.setitem(__import__("sys").modules, "torch", types.SimpleNamespace(cuda=fake_cuda))
     assert not parallel._fork_is_safe()
+
+
+def test_grids_fitted_beside_the_power_grid_are_the_serial_ones(monkeypatch):
+    # The counter's grid and the power grid's pieces fitted in a worker while the parent fits
+    # the power grid (`regression._device_grids`, `parallel.Beside`): the same grids, notes and
+    # pieces as fitted one after the other, on a 240 s run whose power grid needs pieces.
+    from test_refresh import _power_reads
+
+    from jouleprof.attribution.grid import with_power_pieces
+    from jouleprof.attribution.regression import _device_grids
+    from jouleprof.attribution.regression_config import RegressionConfig
+
+    df = _power_reads(0.10030)
+    cfg = RegressionConfig()
+    got = {}
+    for forced in (False, True):
+        monkeypatch.setattr(parallel, "PARALLEL", forced)
+        grids, notes, fitted = _device_grids(df, df, cfg)
+        assert (fitted is not False) == forced  # the pieces fitted ahead only in the worker
+        got[forced] = (grids, with_power_pieces(df, grids, notes, cfg.power_piece_s, fitted))
+    assert got[True] == got[False]
+    assert got[True][1][2] is not None and len(got[True][1][2]) == 4  # the pieces were used

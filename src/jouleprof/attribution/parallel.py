@@ -115,13 +115,32 @@ def _fork_is_safe() -> bool:
 
 
 def _idle_cores(cores: int) -> int:
-    """Cores the last minute's load average leaves idle, rounded: on a machine whose cores
-    are busy, workers only take turns with each other and what else runs."""
+    """Cores left idle, rounded: on a machine whose cores are busy, workers only take turns
+    with each other and what else runs. The busy cores are the last minute's load average, or
+    the processes runnable right now besides this one where that is fewer (Linux's
+    /proc/stat): the average still counts work that has ended, such as an attribution's own
+    workers a few seconds before (on the H200's 16-core host, back-to-back attributions of
+    run11 then left too few idle cores to start the fits ahead of the choices)."""
     try:
         load = os.getloadavg()[0]
     except (AttributeError, OSError):
         return cores - 1
+    running = _runnable_now()
+    if running is not None:
+        load = min(load, max(running - 1, 0))
     return max(0, int(cores + 0.5 - load))
+
+
+def _runnable_now() -> int | None:
+    """Processes runnable now, this one included (/proc/stat's procs_running), or None."""
+    try:
+        with open("/proc/stat") as f:
+            for line in f:
+                if line.startswith("procs_running "):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        return None
+    return None
 
 
 def prefetch(fit, cfgs: Iterable) -> None:
@@ -205,7 +224,53 @@ def _run(cfg):
     return _JOB._carry(cfg)
 
 
+_BESIDE: Callable | None = None
+"""The function `beside`'s worker runs (set just before its pool forks)."""
+
+
+def _run_beside():
+    assert _BESIDE is not None
+    return _BESIDE()
+
+
+class Beside:
+    """`fn()` running in one forked worker while this process goes on; `get()` returns its
+    result (or raises what it raised). Where a worker does not pay (`workers`), `get()` calls
+    `fn()` here instead: the same computation either way."""
+
+    def __init__(self, fn: Callable, size: int) -> None:
+        global _BESIDE
+        self._fn, self._pool, self._async = fn, None, None
+        if workers(2, size) < 2:
+            return
+        _BESIDE = fn
+        try:
+            self._pool = mp.get_context("fork").Pool(1, initializer=_one_blas_thread)
+            self._async = self._pool.apply_async(_run_beside)
+        except OSError:
+            self._pool = None  # no process to be had: get() computes it here
+        finally:
+            _BESIDE = None
+
+    @property
+    def runs(self) -> bool:
+        """Whether `fn` runs in a worker."""
+        return self._pool is not None
+
+    def get(self):
+        if self._pool is None:
+            return self._fn()
+        try:
+            return self._async.get()
+        finally:
+            self._pool.close()
+            self._pool.terminate()
+            self._pool.join()
+            self._pool = None
+
+
 __all__ = [
+    "Beside",
     "MIN_SAMPLES",
     "PARALLEL",
     "SPECULATE",

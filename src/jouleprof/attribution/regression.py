@@ -90,9 +90,17 @@ from jouleprof.attribution.counter_scan import (
     scan_window,
     shifted,
 )
-from jouleprof.attribution.grid import JitterGrid, device_grids, with_power_pieces
+from jouleprof.attribution.grid import (
+    JitterGrid,
+    fit_pieces,
+    pieces_possible,
+    power_column,
+    signal_grid,
+    wanted_signals,
+    with_power_pieces,
+)
 from jouleprof.attribution.kernels import counter_delays
-from jouleprof.attribution.parallel import PrefetchingFit
+from jouleprof.attribution.parallel import Beside, PrefetchingFit
 from jouleprof.attribution.pinned import pinned_spread
 from jouleprof.attribution.placement import (
     NO_DELAY,
@@ -366,6 +374,37 @@ class _Grids:
     """Where the counter grid was ambiguous: the scan that placed it (`counter_scan`)."""
 
 
+def _device_grids(samples, dev, cfg: RegressionConfig):
+    """The refresh grids (`grid.device_grids`), notes, and the power grid's pieces fitted ahead
+    (`grid.fit_pieces`; False where not fitted). Where a worker pays (`parallel.Beside`), the
+    counter's grid and the pieces are fitted in it while this process fits the power grid: the
+    same fits as one after the other, the pieces before knowing whether they will be used."""
+    signals = wanted_signals(dev, cfg.use_counter, cfg.use_instant or cfg.use_average)
+    pieces_col = power_column(dev)
+    ahead = bool(cfg.use_instant and cfg.power_piece_s and pieces_possible(dev, cfg.power_piece_s))
+
+    def worker_part():
+        counter = [signal_grid(samples, dev, n, c) for n, c in signals if n == "counter"]
+        return counter, (fit_pieces(dev, pieces_col, cfg.power_piece_s) if ahead else False)
+
+    beside = Beside(worker_part, len(dev))
+    if beside.runs:
+        power = [signal_grid(samples, dev, n, c) for n, c in signals if n == "power"]
+        counter, fitted = beside.get()
+    else:
+        counter = [signal_grid(samples, dev, n, c) for n, c in signals if n == "counter"]
+        power = [signal_grid(samples, dev, n, c) for n, c in signals if n == "power"]
+        fitted = False
+    grids, notes = {}, []
+    for (name, _), (grid, more) in zip(signals, [*counter, *power], strict=True):
+        notes += more
+        if grid is not None:
+            grids[name] = grid
+    if fitted is not False and grids.get("power") and grids["power"].grid.signal != pieces_col:
+        fitted = False  # fitted on another column than the grid's own: fit again if needed
+    return grids, notes, fitted
+
+
 def attribute_regression(
     samples, timeline: Timeline, device: str, cfg: RegressionConfig | None = None, buffer=None
 ) -> DeviceAttribution:
@@ -396,9 +435,7 @@ def attribute_regression(
         )
     # The refresh grids (most of the fit's time) serve both models of the auto stall choice.
     with stage(f"{device}: refresh grids"):
-        grids, grid_notes = device_grids(
-            samples, dev, cfg.use_counter, cfg.use_instant or cfg.use_average
-        )
+        grids, grid_notes, fitted_pieces = _device_grids(samples, dev, cfg)
     if "counter" not in grids and "power" in grids and cfg.use_counter:
         cfg = replace(cfg, use_counter=False)
     if not grids:
@@ -410,7 +447,9 @@ def attribute_regression(
     pieces = None
     if cfg.use_instant and cfg.power_piece_s:  # pieces place the instant rows only
         with stage(f"{device}: power-grid pieces"):
-            grids, grid_notes, pieces = with_power_pieces(dev, grids, grid_notes, cfg.power_piece_s)
+            grids, grid_notes, pieces = with_power_pieces(
+                dev, grids, grid_notes, cfg.power_piece_s, fitted_pieces
+            )
     scan = None
     if (
         cfg.use_counter
