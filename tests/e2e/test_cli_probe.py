@@ -95,6 +95,8 @@ def test_probe_writes_rows_refuses_pairs_and_resumes(tmp_path):
         assert lora8["status"] == "ok", lora8
     except ImportError:
         assert lora8["status"] == "error" and "bitsandbytes" in lora8["error"]
+    # the workers were forked from the preloading server (the default), which left its log
+    assert (out / "cellserver.log").exists()
     # each ok cell left a readable run directory
     cell = out / "cells" / "swin3d-b_lora_fp32_nockpt_b2"
     assert json.loads((cell / "run.json").read_text())["status"] == "complete"

@@ -124,3 +124,24 @@ def test_a_matrix_runs_through_one_preloading_executor_and_falls_back_for_other_
     assert a["preloaded"] is True  # forked from the server
     assert c["preloaded"] is False  # a script: a plain process
     assert (probe_dir / "study" / "cellserver.log").exists()
+
+
+def test_probe_workers_run_served_or_plain_with_their_exit_codes_and_timeouts(probe_dir):
+    from jouleprof.bench.probe import _run_argv
+
+    server = CellServer(["jouleprof.units"], probe_dir / "server.log")
+    try:
+        for srv in (server, None):
+            log = probe_dir / f"w_{srv is None}.log"
+            assert _run_argv(_argv("ok"), log, {"PATH": "/usr/bin"}, 30, srv)[0] == 0
+            assert json.loads(log.read_text().strip().splitlines()[-1])["preloaded"] is (
+                srv is not None
+            )
+            assert _run_argv(_argv("exit3"), log, None, 30, srv) == (
+                3,
+                "worker exited with status 3",
+            )
+            rc, why = _run_argv(_argv("sleep"), log, None, 1.0, srv)
+            assert rc == -9 and why.startswith("timed out")
+    finally:
+        server.close()

@@ -176,7 +176,15 @@ class CellServer:
     says which commands it can start; anything else is started as a plain process.
     """
 
-    def __init__(self, preload: Sequence[str], log_path: Path, ready_timeout_s: float = 600.0):
+    def __init__(
+        self,
+        preload: Sequence[str],
+        log_path: Path,
+        ready_timeout_s: float = 600.0,
+        env: dict[str, str] | None = None,
+    ):
+        """`env`: the server's environment (default this process's): where it finds the
+        modules to preload, and what every cell's `sys.path` is built from."""
         self.preload = tuple(preload)
         self._log = open(log_path, "a")  # noqa: SIM115 — the server's stderr, for its lifetime
         t0 = time.monotonic()
@@ -187,6 +195,7 @@ class CellServer:
             stderr=self._log,
             text=True,
             start_new_session=True,
+            env=env,
         )
         self._answers: queue.Queue = queue.Queue()
         threading.Thread(target=self._read, daemon=True, name="cellserver-reader").start()
@@ -217,9 +226,12 @@ class CellServer:
     def alive(self) -> bool:
         return self._p.poll() is None
 
-    def start(self, argv: Sequence[str], log_path: Path, env: dict[str, str]) -> ServedCell:
-        """Fork the cell `argv` (its output appended to log_path); raises RuntimeError if the
-        server has gone."""
+    def start(
+        self, argv: Sequence[str], log_path: Path, env: dict[str, str] | None = None
+    ) -> ServedCell:
+        """Fork the cell `argv` (its output appended to log_path) with the environment `env`
+        (None: this process's); raises RuntimeError if the server has gone."""
+        env = dict(os.environ) if env is None else env
         req = {"argv": list(argv), "env": env, "cwd": os.getcwd(), "log": str(log_path)}
         try:
             self._p.stdin.write(json.dumps(req) + "\n")
@@ -241,6 +253,16 @@ class CellServer:
                 os.killpg(self._p.pid, signal.SIGKILL)
             self._p.wait()
         self._log.close()
+
+
+def start_or_none(preload: Sequence[str], log_path: Path, env=None) -> CellServer | None:
+    """A CellServer, or None (with a warning) where one cannot start: the caller then starts
+    plain processes."""
+    try:
+        return CellServer(preload, log_path, env=env)
+    except (RuntimeError, OSError) as e:
+        log.warning("%s: cells start as plain processes", e)
+        return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -78,6 +78,13 @@ def probe_video(
         float | None, typer.Option(help="Start no new cell after this long (rerun to resume).")
     ] = None,
     retry_errors: Annotated[bool, typer.Option(help="Run rows with status error again.")] = False,
+    preload: Annotated[
+        bool,
+        typer.Option(
+            help="Fork each worker from one process that imported torch, transformers and peft "
+            "once (each worker is still its own process)."
+        ),
+    ] = True,
 ) -> None:
     """Train one step (plus warm-up and timed steps) of every cell; write DIR/probe.csv."""
     from jouleprof.bench.probe import PROBE_CSV, ProbeSpec, plan, run_probe
@@ -152,7 +159,12 @@ def probe_video(
 
         try:
             counts = run_probe(
-                spec, out, budget_s=budget_s, retry_errors=retry_errors, on_row=on_row
+                spec,
+                out,
+                budget_s=budget_s,
+                retry_errors=retry_errors,
+                on_row=on_row,
+                preload=preload,
             )
         except KeyboardInterrupt:
             note(f"interrupted: rerun the same command to resume ({out})")
