@@ -34,6 +34,44 @@ _LIVE: set[Any] = set()
 _LIVE_LOCK = threading.Lock()
 
 
+def start_process(
+    argv: Sequence[str], log_path: Path, env: dict[str, str] | None = None, server=None
+) -> Any:
+    """Start `argv` in a session of its own, its output to log_path (truncated): forked from
+    `server` (a `cellserver.CellServer`) where given and it accepts the command, its heavy
+    imports already done; otherwise (or if the server has gone) a plain process. Returns a
+    subprocess.Popen or a cellserver.ServedCell (each has pid and wait(timeout)); raises
+    OSError where the program cannot be started."""
+    env = os.environ.copy() if env is None else env
+    if server is not None and server.accepts(argv):
+        Path(log_path).write_text("")
+        try:
+            return server.start(argv, log_path, env)
+        except RuntimeError as e:
+            log.warning("%s: starting it as a plain process", e)
+    with Path(log_path).open("w") as f:
+        return subprocess.Popen(
+            list(argv), stdout=f, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+
+
+def wait_process(p: Any, timeout_s: float) -> int | None:
+    """`p`'s exit code (minus the signal's number where a signal ended it), or None where it
+    ran past `timeout_s`: then it was killed with every child it started. While it runs, Ctrl-C
+    reaches it through `interrupt_live_cells`."""
+    with _LIVE_LOCK:
+        _LIVE.add(p)
+    try:
+        return p.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        _signal_group(p, signal.SIGKILL)
+        p.wait()
+        return None
+    finally:
+        with _LIVE_LOCK:
+            _LIVE.discard(p)
+
+
 def run_process(
     argv: Sequence[str],
     cell_dir: Path,
@@ -45,49 +83,22 @@ def run_process(
 
     The process gets its own session, so a timeout kills it with every child it started
     (data loader workers, torchrun's ranks); past the timeout error.txt says so and the code is
-    124. A signal-killed process returns minus the signal's number. With a `server` (a
-    `cellserver.CellServer` that accepts the command) the process is forked from it, its heavy
-    imports already done; a server that has gone falls back to a plain process.
+    124. A signal-killed process returns minus the signal's number. With a `server` the process
+    is forked from it (`start_process`).
     """
     cell_dir = Path(cell_dir)
-    log_path = cell_dir / "cell.log"
-    env = os.environ.copy() if env is None else env
-    p: Any = None
-    if server is not None:
-        log_path.write_text("")
-        try:
-            p = server.start(argv, log_path, env)
-        except RuntimeError as e:
-            log.warning("%s: starting the cell as a plain process", e)
-    if p is None:
-        with log_path.open("w") as f:
-            try:
-                p = subprocess.Popen(
-                    list(argv),
-                    stdout=f,
-                    stderr=subprocess.STDOUT,
-                    env=env,
-                    start_new_session=True,
-                )
-            except OSError as e:  # no such program: the cell fails with the reason
-                (cell_dir / "error.txt").write_text(
-                    f"cannot start {argv[0]!r}: {e.strerror or e}\n"
-                )
-                return 127
-    with _LIVE_LOCK:
-        _LIVE.add(p)
     try:
-        return p.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        _signal_group(p, signal.SIGKILL)
-        p.wait()
+        p = start_process(argv, cell_dir / "cell.log", env, server)
+    except OSError as e:  # no such program: the cell fails with the reason
+        (cell_dir / "error.txt").write_text(f"cannot start {argv[0]!r}: {e.strerror or e}\n")
+        return 127
+    code = wait_process(p, timeout_s)
+    if code is None:
         (cell_dir / "error.txt").write_text(
             f"TimeoutExpired: the cell ran past its {timeout_s:.0f} s limit and was killed\n"
         )
         return EXIT_TIMEOUT
-    finally:
-        with _LIVE_LOCK:
-            _LIVE.discard(p)
+    return code
 
 
 def _signal_group(p: Any, sig: int) -> None:

@@ -11,13 +11,9 @@ Refused method × precision pairs become rows at once (status refused, the reaso
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import json
-import logging
 import os
-import signal
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -26,8 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from jouleprof.bench.probe_cell import RESULT_JSON, ProbeCell
-
-log = logging.getLogger(__name__)
 
 PROBE_CSV = "probe.csv"
 COLUMNS = (
@@ -189,29 +183,21 @@ def _rewrite(path: Path, rows: list[dict[str, str]]) -> None:
 
 
 def _run_argv(argv, log_path: Path, env, timeout_s: float, server) -> tuple[int, str]:
-    """Run a worker, its output to `log_path`: (exit code, why it ended); -9 past `timeout_s`."""
-    cell = None
-    if server is not None and server.accepts(argv):
-        log_path.write_text("")
-        try:
-            cell = server.start(argv, log_path, env)
-        except RuntimeError as e:  # the server has gone: a plain process instead
-            log.warning("%s: the worker starts as a plain process", e)
-    if cell is None:
-        with log_path.open("w") as f:
-            try:
-                p = subprocess.run(
-                    argv, stdout=f, stderr=subprocess.STDOUT, env=env, timeout=timeout_s
-                )
-            except subprocess.TimeoutExpired:
-                return -9, f"timed out after {timeout_s:.0f} s"
-        return p.returncode, f"worker exited with status {p.returncode}"
+    """Run a worker in a session of its own (forked from `server` where given), its output to
+    `log_path`: (exit code, why it ended); -9 past `timeout_s`, the worker then killed with its
+    children. Ctrl-C reaches the worker too (it writes its cell's run directory)."""
+    from jouleprof.bench.executors import interrupt_live_cells, start_process, wait_process
+
     try:
-        rc = cell.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(cell.pid, signal.SIGKILL)
-        cell.wait()
+        p = start_process(argv, log_path, env, server)
+    except OSError as e:
+        return 127, f"cannot start {argv[0]!r}: {e.strerror or e}"
+    try:
+        rc = wait_process(p, timeout_s)
+    except KeyboardInterrupt:
+        interrupt_live_cells()
+        raise
+    if rc is None:
         return -9, f"timed out after {timeout_s:.0f} s"
     return rc, f"worker exited with status {rc}"
 
