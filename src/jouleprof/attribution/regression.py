@@ -383,18 +383,18 @@ def _device_grids(samples, dev, cfg: RegressionConfig):
     pieces_col = power_column(dev)
     ahead = bool(cfg.use_instant and cfg.power_piece_s and pieces_possible(dev, cfg.power_piece_s))
 
+    def fit(name: str) -> list:
+        return [signal_grid(samples, dev, n, c) for n, c in signals if n == name]
+
     def worker_part():
-        counter = [signal_grid(samples, dev, n, c) for n, c in signals if n == "counter"]
-        return counter, (fit_pieces(dev, pieces_col, cfg.power_piece_s) if ahead else False)
+        return fit("counter"), (fit_pieces(dev, pieces_col, cfg.power_piece_s) if ahead else False)
 
     beside = Beside(worker_part, len(dev))
     if beside.runs:
-        power = [signal_grid(samples, dev, n, c) for n, c in signals if n == "power"]
+        power = fit("power")
         counter, fitted = beside.get()
     else:
-        counter = [signal_grid(samples, dev, n, c) for n, c in signals if n == "counter"]
-        power = [signal_grid(samples, dev, n, c) for n, c in signals if n == "power"]
-        fitted = False
+        counter, power, fitted = fit("counter"), fit("power"), False
     grids, notes = {}, []
     for (name, _), (grid, more) in zip(signals, [*counter, *power], strict=True):
         notes += more
