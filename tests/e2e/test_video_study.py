@@ -45,9 +45,10 @@ STUDY = [
     "--num-workers",
     "0",
     "--deploy-sustained-s",
-    # ≥ 5 of the counter's 100 ms refreshes, so the sustained window's energy interval stays
-    # above 0 J (at 0.2 s, 1–2 refreshes, its lower end could reach 0 and refuse the score)
-    "0.6",
+    # ≥ 15 of the counter's 100 ms refreshes, so the sustained window's energy interval stays
+    # above 0 J (at 0.2 s, 1–2 refreshes, its lower end could reach 0 and refuse the score; at
+    # 0.6 s it still did once, on a loaded 2-core machine: "power_w must be positive")
+    "1.5",
     "--idle-s",
     "0",
     "--simulate-gpu-w",

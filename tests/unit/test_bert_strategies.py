@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -67,8 +68,25 @@ def strategies_job(tmp_path_factory):
     env = {**os.environ, "JOULEPROF_RANK_WAIT_S": "60", "OMP_NUM_THREADS": "1"}
     env.pop("CUDA_VISIBLE_DEVICES", None)
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=400)
-    assert r.returncode == 0, r.stderr[-4000:]
+    first = ""
+    if r.returncode != 0 and "(SIGABRT)" in r.stderr:
+        # Twice in five full-suite runs on the 2-core CI machine, a gloo rank aborted in C++
+        # ("terminate called without an active exception"); alone, the same job passed every
+        # time (9 of 9, also beside a CPU load). One more attempt, on another port; the first
+        # attempt's errors stay in the message if that fails too.
+        first = "first attempt:\n" + _errors(r.stderr) + "\nsecond attempt:\n"
+        shutil.rmtree(out, ignore_errors=True)
+        cmd[cmd.index("--master-port") + 1] = str(29900 + (os.getpid() + 45) % 90)
+        r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=400)
+    assert r.returncode == 0, first + _errors(r.stderr)
     return out
+
+
+def _errors(stderr: str) -> str:
+    """The end of torchrun's stderr without FSDP2's per-forward view warnings."""
+    noise = ("returned a view tensor", "self._register_pre_backward_hook(output)")
+    lines = [ln for ln in stderr.splitlines() if not any(n in ln for n in noise)]
+    return "\n".join(lines)[-4000:]
 
 
 @pytest.fixture(scope="module")
