@@ -178,14 +178,14 @@ class LocalExecutor:
         self.preload = tuple(preload) if preload else None
         self._servers: list[CellServer] = []  # idle servers, kept across execute() calls
         self._servers_lock = threading.Lock()
-        self._server_failed: str | None = None
+        self._server_failed = False  # a server could not start: plain processes from then on
 
     # -- cell servers --------------------------------------------------------------------------
 
     def _take_server(self, plan: Plan) -> CellServer | None:
         """An idle live server (started if none is idle); None where preloading is off or a
         server could not start (then every cell starts as a plain process, said once)."""
-        if self.preload is None or self._server_failed is not None:
+        if self.preload is None or self._server_failed:
             return None
         with self._servers_lock:
             while self._servers:
@@ -193,14 +193,11 @@ class LocalExecutor:
                 if server.alive:
                     return server
                 server.close()
-        from jouleprof.bench.cellserver import CellServer
+        from jouleprof.bench.cellserver import start_or_none
 
-        try:
-            return CellServer(self.preload, plan.out / "cellserver.log")
-        except (RuntimeError, OSError) as e:
-            self._server_failed = str(e)
-            log.warning("%s: cells start as plain processes", e)
-            return None
+        server = start_or_none(self.preload, plan.out / "cellserver.log")
+        self._server_failed = server is None
+        return server
 
     def _give_server(self, server: CellServer | None) -> None:
         if server is not None:
