@@ -192,6 +192,7 @@ def stage_probe(args, out: Path, deadline: float) -> dict:
         tiny=args.smoke,
         cells_per_process=args.cells_per_process,
         cell_timeout_s=args.cell_timeout_s,
+        share_builds=not args.no_share_builds,
     )
 
     def on_row(r):
@@ -256,6 +257,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch-sizes", default="4")
     ap.add_argument("--timed-s", type=float, default=5.0)  # the protocol: ≥ 5 s
     ap.add_argument("--cells-per-process", type=int, default=12)
+    ap.add_argument(
+        "--no-share-builds",
+        action="store_true",
+        help="build every cell's model afresh (default: batch sizes of one build share it)",
+    )
     ap.add_argument("--cell-timeout-s", type=float, default=150.0)
     ap.add_argument("--done", default=None, help="probe.csv of an earlier call: its rows are done")
     ap.add_argument("--smoke", action="store_true", help="tiny models, short windows (CPU)")

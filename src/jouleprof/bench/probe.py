@@ -83,6 +83,10 @@ class ProbeSpec:
     only the cell it happened in: the rest restart in a fresh worker."""
     cell_timeout_s: float = 600.0
     """A worker is killed after cells × this long; its unfinished cell is an error row."""
+    share_builds: bool = True
+    """Where a worker runs several cells: cells that differ only in batch size run back to back
+    on one built model (built, and for a 4-bit or 8-bit base quantized, once); each keeps its
+    own warm-up, timed window, peak-memory reset and run directory."""
 
     def __post_init__(self) -> None:
         from jouleprof.workloads.video.adapt import METHODS
@@ -107,12 +111,22 @@ class ProbeSpec:
         """What a worker needs besides the cells."""
         return {
             k: getattr(self, k)
-            for k in ("timed_s", "warmup_steps", "num_classes", "lr", "frames", "size", "tiny")
+            for k in (
+                "timed_s",
+                "warmup_steps",
+                "num_classes",
+                "lr",
+                "frames",
+                "size",
+                "tiny",
+                "share_builds",
+            )
         }
 
 
 def plan(spec: ProbeSpec) -> list[ProbeCell]:
-    """Every cell of the matrix, most informative first."""
+    """Every cell of the matrix, most informative first (where builds are shared, the cells of
+    one build follow each other, largest batch first, in the order of their largest batch)."""
     cells = []
     for ck in spec.checkpointing:
         for method in spec.methods:
@@ -138,7 +152,13 @@ def plan(spec: ProbeSpec) -> list[ProbeCell]:
             spec.models.index(c.model),
         )
 
-    return sorted(cells, key=rank)
+    ranked = sorted(cells, key=rank)
+    if not (spec.share_builds and spec.cells_per_process > 1):
+        return ranked
+    groups: dict[tuple, list[ProbeCell]] = {}
+    for c in ranked:
+        groups.setdefault(c.build_key, []).append(c)
+    return [c for g in groups.values() for c in g]
 
 
 def read_rows(path: Path) -> list[dict[str, str]]:

@@ -7,6 +7,12 @@ inside `jouleprof.measure` (the energy counter read at every refresh). Its resul
 the probe row: seconds per step from the synchronized segment, joules per step from the
 counter's window over the segment with its bounds, and the peak allocated memory. An
 out-of-memory error is a result (status oom); any other error is recorded with its message.
+
+Cells that differ only in batch size can share one built model (`share_builds` in the job's
+options): the worker keeps a cell's trainer for the next cell of the same model, method,
+precision and checkpointing, whose own warm-up, window, peak-memory reset and run directory
+follow as for a fresh build; the build (for a 4-bit or 8-bit base, its quantization) is then
+paid once. A failed cell never hands its model on.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from typing import Any
 
 RESULT_JSON = "result.json"
 EDGE_DENSE_S = 1.0
+SHARED_BUILD = "shared with the previous cell (same model, method, precision, checkpointing)"
 
 
 @dataclass(frozen=True)
@@ -38,6 +45,11 @@ class ProbeCell:
     def cell_id(self) -> str:
         ck = "ckpt" if self.checkpointing else "nockpt"
         return f"{self.model}_{self.method}_{self.precision}_{ck}_b{self.batch}"
+
+    @property
+    def build_key(self) -> tuple[str, str, str, bool]:
+        """What the built model depends on: cells with the same key can share one build."""
+        return (self.model, self.method, self.precision, self.checkpointing)
 
     def key(self) -> tuple[str, str, str, str, str]:
         return (
@@ -104,8 +116,23 @@ def _window_energy(cell_dir: Path, t0_s: float, t1_s: float, steps: int) -> dict
     }
 
 
-def run_cell(cell: ProbeCell, cell_dir: Path, opts: dict[str, Any]) -> dict[str, Any]:
-    """Measure one cell; returns its probe row (also written to cell_dir/result.json)."""
+def _drop(kept: dict[str, Any] | None, torch) -> None:
+    """Free a kept trainer (a worker's shared build)."""
+    if kept:
+        kept.clear()
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+
+def run_cell(
+    cell: ProbeCell, cell_dir: Path, opts: dict[str, Any], kept: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Measure one cell; returns its probe row (also written to cell_dir/result.json).
+
+    `kept`: a worker's shared build (None: build every cell afresh). Where it holds a trainer
+    for this cell's `build_key` the cell trains that one (its step counter reset, so schedules
+    such as AdaLoRA's start as in a fresh build); after an ok cell it holds this cell's."""
     import torch
 
     from jouleprof.measurement import MeasureConfig, measure
@@ -116,6 +143,11 @@ def run_cell(cell: ProbeCell, cell_dir: Path, opts: dict[str, Any]) -> dict[str,
     row: dict[str, Any] = {"status": "error"}
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     trainer = None
+    if kept is not None and kept.get("key") != cell.build_key:
+        _drop(kept, torch)
+    reused = kept.pop("trainer", None) if kept else None
+    if kept is not None:
+        kept.clear()
     try:
         cfg = TrainerConfig(
             model=cell.model,
@@ -143,7 +175,16 @@ def run_cell(cell: ProbeCell, cell_dir: Path, opts: dict[str, Any]) -> dict[str,
         with measure(
             cell_dir, mcfg, run_config={"probe_cell": asdict(cell), "trainer": cfg.to_json()}
         ) as m:
-            trainer = VideoTrainer(cfg, device)
+            b0 = time.perf_counter()
+            if reused is not None:
+                trainer, reused = reused, None
+                trainer.global_step = 0
+                row["build"] = SHARED_BUILD
+            else:
+                trainer = VideoTrainer(cfg, device)
+                row["build"] = "built for this cell"
+            row["build_s"] = time.perf_counter() - b0
+            m.record.extra["probe_build"] = {"build": row["build"], "build_s": row["build_s"]}
             counts = parameter_counts(trainer.model)
             row.update(trainable_params=counts["trainable"], total_params=counts["total"])
             g = torch.Generator(device=device).manual_seed(0)
@@ -196,7 +237,9 @@ def run_cell(cell: ProbeCell, cell_dir: Path, opts: dict[str, Any]) -> dict[str,
             (cell_dir / "error.txt").parent.mkdir(parents=True, exist_ok=True)
             (cell_dir / "error.txt").write_text(traceback.format_exc())
     finally:
-        del trainer
+        if kept is not None and row["status"] == "ok" and trainer is not None:
+            kept.update(key=cell.build_key, trainer=trainer)
+        del trainer, reused
         gc.collect()
         if device.type == "cuda":
             torch.cuda.empty_cache()
@@ -219,13 +262,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     job = json.loads(Path(args[0]).read_text())
     deadline = job.get("deadline_unix")
+    kept: dict[str, Any] | None = {} if job["opts"].get("share_builds") else None
     for i, item in enumerate(job["cells"]):
         cell = ProbeCell(**item["cell"])
         if i > 0 and deadline is not None and time.time() >= deadline:
             # The probe's budget is spent: the cells left return to the probe's queue.
             print(f"probe budget spent before {cell.cell_id}: stopping", flush=True)
             return 0
-        r = run_cell(cell, Path(item["dir"]), job["opts"])
+        r = run_cell(cell, Path(item["dir"]), job["opts"], kept)
         print(f"probe cell {cell.cell_id}: {r['status']}", flush=True)
     return 0
 

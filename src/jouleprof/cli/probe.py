@@ -74,6 +74,13 @@ def probe_video(
         ),
     ] = 1,
     cell_timeout_s: Annotated[float, typer.Option(help="Kill a cell after this long.")] = 600.0,
+    share_builds: Annotated[
+        bool,
+        typer.Option(
+            help="With --cells-per-process > 1: cells that differ only in batch size train one "
+            "built model back to back (each with its own warm-up, window and memory reset)."
+        ),
+    ] = True,
     budget_s: Annotated[
         float | None, typer.Option(help="Start no new cell after this long (rerun to resume).")
     ] = None,
@@ -114,6 +121,7 @@ def probe_video(
             tiny=tiny,
             cells_per_process=cells_per_process,
             cell_timeout_s=cell_timeout_s,
+            share_builds=share_builds,
         )
     except ValueError as e:
         fail(str(e))
