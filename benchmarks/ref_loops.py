@@ -18,8 +18,16 @@ Per loop (benchmarks/ref_loops_defs.py; `--loops` picks some):
    gives E/n per call, added:X gives (E_added/n − E_plain/n)/(k·occ) per occurrence.
 Each loop runs in isolation: an error is a row (loops.csv, error.txt), never the end.
 
+`<loop>_excite` (any loop above, e.g. pl_resnet50_excite) is the loop measured with the opt-in
+excitation (`excite_config`: sync gaps of 0.5-5 ms before the top-level phases of 30 % of the
+steps in the first 75 % of the fine run; the framework loops get them through jouleprof's
+callbacks, which open their phases on the same `PhaseRecorder`). Its references are its base
+loop's: it makes none when the base loop runs in the same call (the evaluation reads
+loops/<base>/ref), and its own (ref/, replayed without excitation) when it does not. `--excite-s`
+is each excited loop's fine measurement, reserved before the other loops share the budget.
+
     PYTHONPATH=src JP_COMMIT=$(git rev-parse HEAD) python3 benchmarks/ref_loops.py --out DIR \
-        [--budget-s 510] [--fine-s 60] [--ref-s 2.0] [--loops user4,hf_bert,...] [--pack]
+        [--budget-s 510] [--fine-s 60] [--excite-s 30] [--ref-s 2.0] [--loops user4,...] [--pack]
     PYTHONPATH=src python3 benchmarks/ref_loops.py --out DIR --smoke   # CPU, simulated GPU
 
 --pack puts each loop's directories into DIR/<loop>.tar.gz as soon as it is done (what comes
@@ -44,14 +52,30 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from ref_loops_defs import LOOPS, Loop, time_once_ms  # noqa: E402
+from ref_loops_defs import HELD_OUT, LOOPS, Loop, time_once_ms  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 WINDOW_COLUMNS = ("kind", "phase", "k", "n", "occ", "t0_s", "t1_s")
 LOOP_COLUMNS = ("loop", "status", "framework", "held_out", "fine_s", "n_steps", "step_ms",
                 "n_windows", "wall_s", "error", "info")  # fmt: skip
 DEFAULT_ORDER = ("user4", "hf_bert", "pl_resnet50", "vit_accum", "infer_mixed", "user4_excite")
-EXCITE_LOOP = "user4_excite"
+EXCITE_SUFFIX = "_excite"
+
+
+def base_of(name: str) -> str:
+    """The loop an excited loop `<base>_excite` runs (the name itself for a plain loop)."""
+    return name.removesuffix(EXCITE_SUFFIX)
+
+
+def is_excited(name: str) -> bool:
+    return name.endswith(EXCITE_SUFFIX) and base_of(name) in LOOPS
+
+
+def excite_config(fine_s: float):
+    """The excitation of an excited loop's fine run (30 % of the steps in its first 75 %)."""
+    from jouleprof.timeline.excite import ExciteConfig
+
+    return ExciteConfig(fraction=0.3, window_s=0.75 * fine_s, max_gap_s=5e-3, gap="sync")
 
 
 def write_meta(out: Path, argv: list[str], device: str) -> dict:
@@ -213,18 +237,18 @@ def _simulate(run_dir: Path) -> None:
 
 def run_loop(
     name: str, out: Path, fine_s: float, ref_s: float, smoke: bool, device: str,
-    deadline: float = float("inf"),
+    deadline: float = float("inf"), references: bool | None = None,
 ) -> dict:  # fmt: skip
-    """Build, calibrate, measure (fine) and reference one loop. Raises on failure."""
+    """Build, calibrate, measure (fine) and reference one loop. Raises on failure, and for an
+    excited loop whose fine run put no excitation gap. `references`: make the reference
+    windows (default: for a plain loop, not for an excited one)."""
     from jouleprof.measurement import measure
-    from jouleprof.timeline.excite import ExciteConfig
     from jouleprof.timeline.recorder import PhaseRecorder
 
-    excite = None
-    base = name
-    if name == EXCITE_LOOP:
-        base = "user4"
-        excite = ExciteConfig(fraction=0.3, window_s=0.75 * fine_s, max_gap_s=5e-3, gap="sync")
+    base = base_of(name)
+    excite = excite_config(fine_s) if is_excited(name) else None
+    if references is None:
+        references = excite is None
     loop = LOOPS[base](device, smoke)
     row: dict = {"loop": name, "framework": loop.framework}
     t_start = time.perf_counter()
@@ -234,7 +258,8 @@ def run_loop(
         times_ms = phase_times_ms(loop)
         loop.info["replica_phase_ms"] = times_ms
         cfg = _measure_config(smoke)
-        rc = {"ref_loop": {"loop": name, "info": loop.info, "excite": excite is not None}}
+        rc = {"ref_loop": {"loop": name, "base": base, "info": loop.info,
+                           "excite": excite is not None}}  # fmt: skip
         with measure(out / "fine", cfg, run_config=rc) as m:
             rec = PhaseRecorder(
                 m.clock, m.span_writer(), device=device if loop.cuda else "cpu",
@@ -246,8 +271,17 @@ def run_loop(
                 rec.close()
         row["n_steps"] = n
         row["fine_s"] = fine_s
+        if excite is not None:
+            ex = rec.exciter.to_json()
+            loop.info["excite"] = {k: ex[k] for k in ("n_window_steps", "n_excited_steps",
+                                                       "n_gaps", "gap_s_total")}  # fmt: skip
+            if not ex["n_gaps"]:
+                raise RuntimeError(
+                    f"{name}: the fine run put no excitation gap ({ex['n_window_steps']} "
+                    f"steps in the window): {base}'s phases bypass the PhaseRecorder's begin_phase"
+                )
         windows = []
-        if excite is None:
+        if references:
             with measure(out / "ref", cfg, run_config=rc) as m:
                 rec = PhaseRecorder(
                     m.clock, m.span_writer(), device=device if loop.cuda else "cpu",
@@ -287,16 +321,35 @@ def _pack(out: Path, name: str) -> None:
     shutil.rmtree(src)
 
 
-def _reserve_s(name: str, ref_s: float, smoke: bool) -> float:
+def _reserve_s(name: str, ref_s: float, smoke: bool, references: bool = True) -> float:
     """Seconds a loop needs besides its fine measurement (build, sensors, references)."""
     if smoke:
         return 3.0
+    base = base_of(name)
     n_phases = {"user4": 4, "hf_bert": 3, "pl_resnet50": 3, "vit_accum": 4, "infer_mixed": 4}
-    build = {"hf_bert": 12.0, "pl_resnet50": 12.0, "vit_accum": 8.0}.get(name, 5.0)
-    if name == EXCITE_LOOP:
+    build = {"hf_bert": 12.0, "pl_resnet50": 12.0, "vit_accum": 8.0}.get(base, 5.0)
+    if not references:
         return build + 5.0
-    windows = 2 + 2 * n_phases.get(name, 4)
+    windows = 2 + 2 * n_phases.get(base, 4)
     return build + 8.0 + 1.5 + windows * (ref_s + 0.3 + 0.3 + 0.2)
+
+
+def _budget_fine_s(names: list[str], i: int, left: float, args, refs: dict[str, bool]) -> float:
+    """The fine seconds of loop `names[i]` with `left` seconds left: every loop from i on keeps
+    its reserve (`_reserve_s`), each excited loop after i its `--excite-s`, and the plain loops
+    share the rest (an excited loop takes what is left after the others' reserves and the
+    plain loops after it keep `--min-fine-s` each)."""
+    rest = names[i:]
+    name = rest[0]
+    reserve = sum(_reserve_s(n, args.ref_s, args.smoke, refs[n]) for n in rest)
+    later = rest[1:]
+    excite_want = args.excite_s * sum(1 for n in later if is_excited(n))
+    if is_excited(name):
+        plain_later = sum(1 for n in later if not is_excited(n))
+        share = left - reserve - excite_want - plain_later * args.min_fine_s
+        return min(args.excite_s, share)
+    n_fine = sum(1 for n in rest if not is_excited(n))
+    return min(args.fine_s, (left - reserve - excite_want) / max(n_fine, 1))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -306,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fine-s", type=float, default=60.0, help="fine measurement per loop, s")
     ap.add_argument("--min-fine-s", type=float, default=20.0, help="skip a loop below this")
     ap.add_argument("--ref-s", type=float, default=2.0, help="each reference window, s")
-    ap.add_argument("--excite-s", type=float, default=30.0, help="the excited loop's fine s")
+    ap.add_argument("--excite-s", type=float, default=30.0, help="each excited loop's fine s")
     ap.add_argument("--loops", default=",".join(DEFAULT_ORDER))
     ap.add_argument("--smoke", action="store_true", help="CPU, tiny sizes, simulated GPU")
     ap.add_argument("--pack", action="store_true", help="one .tar.gz per loop")
@@ -314,9 +367,12 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     t_start = time.perf_counter()
     names = [n.strip() for n in args.loops.split(",") if n.strip()]
-    bad = [n for n in names if n not in LOOPS and n != EXCITE_LOOP]
+    bad = [n for n in names if n not in LOOPS and not is_excited(n)]
     if bad:
-        ap.error(f"unknown loop(s) {bad}; choose from {', '.join(DEFAULT_ORDER)}")
+        ap.error(f"unknown loop(s) {bad}; choose from {', '.join(LOOPS)}, each also as "
+                 f"<loop>{EXCITE_SUFFIX}")  # fmt: skip
+    # An excited loop makes its own references only where its base loop is not in this call.
+    refs = {n: not is_excited(n) or base_of(n) not in names for n in names}
     if args.smoke:
         args.fine_s, args.ref_s, args.min_fine_s, args.excite_s = 1.5, 0.3, 0.5, 1.5
     import torch
@@ -330,15 +386,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for i, name in enumerate(names):
         left = args.budget_s - (time.perf_counter() - t_start)
-        rest = names[i:]
-        reserve = sum(_reserve_s(n, args.ref_s, args.smoke) for n in rest)
-        n_fine = sum(1 for n in rest if n != EXCITE_LOOP)
-        want = args.excite_s if name == EXCITE_LOOP else args.fine_s
-        excite_want = args.excite_s if EXCITE_LOOP in rest[1:] else 0.0
-        share = (left - reserve - excite_want) / max(n_fine, 1) if name != EXCITE_LOOP else (
-            left - reserve)  # fmt: skip
-        fine_s = min(want, share)
-        row = {"loop": name, "held_out": name in ("vit_accum", "infer_mixed")}
+        fine_s = _budget_fine_s(names, i, left, args, refs)
+        row = {"loop": name, "held_out": base_of(name) in HELD_OUT}
         if fine_s < args.min_fine_s:
             row.update(status="skipped", error=f"budget: {left:.0f} s left, {fine_s:.0f} s fine")
             rows.append(row)
@@ -348,10 +397,12 @@ def main(argv: list[str] | None = None) -> int:
         if d.exists():
             shutil.rmtree(d)
         d.mkdir(parents=True)
-        print(f"  {name}: {fine_s:.0f} s fine ...", flush=True)
+        own = " + references" if refs[name] and is_excited(name) else ""
+        print(f"  {name}: {fine_s:.0f} s fine{own} ...", flush=True)
         try:
             deadline = t_start + args.budget_s
-            row.update(run_loop(name, d, fine_s, args.ref_s, args.smoke, device, deadline))
+            row.update(run_loop(name, d, fine_s, args.ref_s, args.smoke, device, deadline,
+                                refs[name]))  # fmt: skip
             row["status"] = "ok"
         except Exception as e:  # noqa: BLE001 — a failed loop is a row
             row.update(status="error", error=f"{type(e).__name__}: {e}"[:500])
@@ -362,10 +413,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.pack:
             _pack(args.out, name)
     _write_rows(args.out, rows)
-    print(f"\n{'loop':<14} {'status':<8} {'fine_s':>6} {'steps':>6} {'step_ms':>8} {'wall_s':>6}")
+    print(f"\n{'loop':<20} {'status':<8} {'fine_s':>6} {'steps':>6} {'step_ms':>8} {'wall_s':>6}")
     for r in rows:
         print(
-            f"{r['loop']:<14} {r.get('status', ''):<8} {r.get('fine_s') or 0:>6.0f} "
+            f"{r['loop']:<20} {r.get('status', ''):<8} {r.get('fine_s') or 0:>6.0f} "
             f"{r.get('n_steps') or 0:>6} {r.get('step_ms') or 0:>8.1f} {r.get('wall_s') or 0:>6.0f}"
         )
     print(f"total wall {time.perf_counter() - t_start:.0f} s; references and attribution: "

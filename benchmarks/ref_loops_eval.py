@@ -3,13 +3,15 @@
     PYTHONPATH=src python3 benchmarks/ref_loops_eval.py RESULTS_DIR [--out DIR] [--target-pct 5]
 
 RESULTS_DIR holds meta.json, loops.csv and per loop loops/<loop>/{fine,ref}/ or <loop>.tar.gz
-(unpacked into --out). Per loop × method (regression; proportional = time share) × phase:
-the reference per occurrence both ways (alone, added: benchmarks/ref_loops_refs.py), the
-estimate per occurrence, its error and interval, resolved or not, the phase's share of the
-step's energy (reference × occurrences over the measured step energy), and for an unresolved
-phase the steps (seconds) of fine measurement it would need. The issue's target, per loop:
-every phase ≥ 10 % of the step's energy resolved within ±5 % with its reference inside its
-interval; every phase ≥ 2 % resolved or reported unresolved with the steps it would need.
+(unpacked into --out). An excited loop `<base>_excite` is checked against its own ref/ where it
+made one, else its base loop's loops/<base>/ref (`reference_dir`). Per loop × method
+(regression; proportional = time share) × phase: the reference per occurrence both ways (alone,
+added: benchmarks/ref_loops_refs.py), the estimate per occurrence, its error and interval,
+resolved or not, the phase's share of the step's energy (reference × occurrences over the
+measured step energy), and for an unresolved phase the steps (seconds) of fine measurement it
+would need. The issue's target, per loop: every phase ≥ 10 % of the step's energy resolved
+within ±5 % with its reference inside its interval; every phase ≥ 2 % resolved or reported
+unresolved with the steps it would need.
 
 Writes --out/ref_loops_eval.csv, ref_loops_eval.md and targets.csv; prints the markdown.
 """
@@ -246,8 +248,8 @@ def evaluate(
     ref_cache = {}
     for name in names:
         d = loops_dir / name
-        ref_dir = d / "ref" if (d / "ref").is_dir() else loops_dir / "user4" / "ref"
         try:
+            ref_dir = reference_dir(loops_dir, name)
             if ref_dir not in ref_cache:
                 ref_cache[ref_dir] = references(ref_dir, limit)
             refs = ref_cache[ref_dir]
@@ -272,6 +274,9 @@ def evaluate(
                         "buffer_window_choice"
                     )
                     extra[f"{name} {method}"]["ref_closure"] = closure(refs, res, occ)
+                    extra[f"{name} {method}"]["references_from"] = str(
+                        ref_dir.relative_to(loops_dir)
+                    )
             rows += loop_rows
             for method in methods:
                 if method != "proportional":
@@ -282,6 +287,29 @@ def evaluate(
             why = f"{type(e).__name__}: {e}"
             targets.append({"loop": name, "method": "", "met": False, "fails": why})
     return rows, targets, extra
+
+
+EXCITE_SUFFIX = "_excite"
+
+
+def reference_dir(loops_dir: Path, name: str) -> Path:
+    """The reference run of loop `name`: its own ref/; for an excited loop `<base>_excite`
+    without one, its base loop's (loops/<base>/ref) in the same results. Raises
+    FileNotFoundError, saying what is missing, where there is neither."""
+    own = loops_dir / name / "ref"
+    if own.is_dir():
+        return own
+    base = name.removesuffix(EXCITE_SUFFIX)
+    if base == name:
+        raise FileNotFoundError(f"no references: {name} has no ref/ run ({own})")
+    theirs = loops_dir / base / "ref"
+    if theirs.is_dir():
+        return theirs
+    raise FileNotFoundError(
+        f"no references for the excited loop {name}: it has no ref/ of its own and its base "
+        f"loop {base} has no {base}/ref in {loops_dir} (run {base} in the same call, or "
+        f"{name} without it, which then makes its own references)"
+    )
 
 
 def closure(refs: dict, res, occ: dict) -> dict:

@@ -13,6 +13,12 @@
 
 The learning-rate scheduler, `zero_grad` and logging fall inside the step but outside any
 phase. The callback never closes the recorder: whoever made it does, after `train()`.
+
+Excitation (`timeline.excite`) needs nothing here: the callback and the hooks open their phases
+on the recorder, so a `PhaseRecorder(..., excite=ExciteConfig(...))` puts its gaps where it
+would in a hand-written loop: before "backward" (from the output's gradient hook, on autograd's
+thread) and before "optimizer" (`on_pre_optimizer_step`); with `hooks=False` before "optimizer"
+only.
 """
 
 from __future__ import annotations

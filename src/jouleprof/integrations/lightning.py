@@ -13,6 +13,11 @@ Why not the optimizer's pre-hook: under automatic optimization Lightning calls
 `optimizer.step(closure)` and the closure runs forward and backward *inside* it, so the
 pre-hook fires before the forward. With gradient accumulation, batches that do not step the
 optimizer are steps without an optimizer phase. The callback never closes the recorder.
+
+Excitation (`timeline.excite`) needs nothing here: the callback opens its phases on the
+recorder, so a `PhaseRecorder(..., excite=ExciteConfig(...))` puts its gaps where it would in a
+hand-written loop, before "backward" (in `on_before_backward`) and before "optimizer" (in
+`on_before_optimizer_step`, after the closure's backward).
 """
 
 from __future__ import annotations
