@@ -21,10 +21,14 @@ Each loop runs in isolation: an error is a row (loops.csv, error.txt), never the
 `<loop>_excite` (any loop above, e.g. pl_resnet50_excite) is the loop measured with the opt-in
 excitation (`excite_config`: sync gaps of 0.5-5 ms before the top-level phases of 30 % of the
 steps in the first 75 % of the fine run; the framework loops get them through jouleprof's
-callbacks, which open their phases on the same `PhaseRecorder`). Its references are its base
-loop's: it makes none when the base loop runs in the same call (the evaluation reads
-loops/<base>/ref), and its own (ref/, replayed without excitation) when it does not. `--excite-s`
-is each excited loop's fine measurement, reserved before the other loops share the budget.
+callbacks, which open their phases on the same `PhaseRecorder`). `<loop>_edges` is the loop with
+long gaps instead (`edges_config`: `ExciteConfig.edges`, sync gaps of 40-150 ms in 10 % of the
+steps in the first 75 %: load→idle→load edges longer than the power buffer's window, a test of
+whether they identify the window's length; benchmarks/edge_excite_sim.py). Either is an excited
+loop: its references are its base loop's: it makes none when the base loop runs in the same call
+(the evaluation reads loops/<base>/ref), and its own (ref/, replayed without excitation) when it
+does not. `--excite-s` is each excited loop's fine measurement, reserved before the other loops
+share the budget.
 
     PYTHONPATH=src JP_COMMIT=$(git rev-parse HEAD) python3 benchmarks/ref_loops.py --out DIR \
         [--budget-s 510] [--fine-s 60] [--excite-s 30] [--ref-s 2.0] [--loops user4,...] [--pack]
@@ -60,15 +64,25 @@ LOOP_COLUMNS = ("loop", "status", "framework", "held_out", "fine_s", "n_steps", 
                 "n_windows", "wall_s", "error", "info")  # fmt: skip
 DEFAULT_ORDER = ("user4", "hf_bert", "pl_resnet50", "vit_accum", "infer_mixed", "user4_excite")
 EXCITE_SUFFIX = "_excite"
+EDGES_SUFFIX = "_edges"
+EXCITED_SUFFIXES = (EXCITE_SUFFIX, EDGES_SUFFIX)
+EDGES_FRACTION = 0.10
+"""Share of an `<loop>_edges` run's window steps that get long gaps (benchmarks/results/
+ref_loops/simulated_edges: 5 % and 10 % were simulated; 10 % gives the edges their best chance
+to identify the buffer's window, at +19-22 % of the time on the simulated user4)."""
 
 
 def base_of(name: str) -> str:
-    """The loop an excited loop `<base>_excite` runs (the name itself for a plain loop)."""
-    return name.removesuffix(EXCITE_SUFFIX)
+    """The loop an excited loop `<base>_excite` or `<base>_edges` runs (the name itself for a
+    plain loop)."""
+    for suffix in EXCITED_SUFFIXES:
+        if name.endswith(suffix):
+            return name.removesuffix(suffix)
+    return name
 
 
 def is_excited(name: str) -> bool:
-    return name.endswith(EXCITE_SUFFIX) and base_of(name) in LOOPS
+    return base_of(name) != name and base_of(name) in LOOPS
 
 
 def excite_config(fine_s: float):
@@ -76,6 +90,24 @@ def excite_config(fine_s: float):
     from jouleprof.timeline.excite import ExciteConfig
 
     return ExciteConfig(fraction=0.3, window_s=0.75 * fine_s, max_gap_s=5e-3, gap="sync")
+
+
+def edges_config(fine_s: float, smoke: bool = False):
+    """The long gaps of an `<loop>_edges` fine run (`ExciteConfig.edges`: 40-150 ms sync gaps
+    in EDGES_FRACTION of the steps in its first 75 %; in every step of a smoke run, whose
+    ~20 steps would otherwise often get none)."""
+    from jouleprof.timeline.excite import ExciteConfig
+
+    return ExciteConfig.edges(window_s=0.75 * fine_s, fraction=1.0 if smoke else EDGES_FRACTION)
+
+
+def loop_excitation(name: str, fine_s: float, smoke: bool = False):
+    """The excitation of loop `name`'s fine run: None for a plain loop."""
+    if not is_excited(name):
+        return None
+    if name.endswith(EDGES_SUFFIX):
+        return edges_config(fine_s, smoke)
+    return excite_config(fine_s)
 
 
 def write_meta(out: Path, argv: list[str], device: str) -> dict:
@@ -246,7 +278,7 @@ def run_loop(
     from jouleprof.timeline.recorder import PhaseRecorder
 
     base = base_of(name)
-    excite = excite_config(fine_s) if is_excited(name) else None
+    excite = loop_excitation(name, fine_s, smoke)
     if references is None:
         references = excite is None
     loop = LOOPS[base](device, smoke)
@@ -370,7 +402,7 @@ def main(argv: list[str] | None = None) -> int:
     bad = [n for n in names if n not in LOOPS and not is_excited(n)]
     if bad:
         ap.error(f"unknown loop(s) {bad}; choose from {', '.join(LOOPS)}, each also as "
-                 f"<loop>{EXCITE_SUFFIX}")  # fmt: skip
+                 f"<loop>{EXCITE_SUFFIX} or <loop>{EDGES_SUFFIX}")  # fmt: skip
     # An excited loop makes its own references only where its base loop is not in this call.
     refs = {n: not is_excited(n) or base_of(n) not in names for n in names}
     if args.smoke:

@@ -3,10 +3,10 @@
     PYTHONPATH=src python3 benchmarks/ref_loops_eval.py RESULTS_DIR [--out DIR] [--target-pct 5]
 
 RESULTS_DIR holds meta.json, loops.csv and per loop loops/<loop>/{fine,ref}/ or <loop>.tar.gz
-(unpacked into --out). An excited loop `<base>_excite` is checked against its own ref/ where it
-made one, else its base loop's loops/<base>/ref (`reference_dir`). Per loop × method
-(regression; proportional = time share) × phase: the reference per occurrence both ways (alone,
-added: benchmarks/ref_loops_refs.py), the estimate per occurrence, its error and interval,
+(unpacked into --out). An excited loop `<base>_excite` or `<base>_edges` is checked against its
+own ref/ where it made one, else its base loop's loops/<base>/ref (`reference_dir`). Per loop ×
+method (regression; proportional = time share) × phase: the reference per occurrence both ways
+(alone, added: benchmarks/ref_loops_refs.py), the estimate per occurrence, its error and interval,
 resolved or not, the phase's share of the step's energy (reference × occurrences over the
 measured step energy), and for an unresolved phase the steps (seconds) of fine measurement it
 would need. The issue's target, per loop: every phase ≥ 10 % of the step's energy resolved
@@ -273,6 +273,7 @@ def evaluate(
                     extra[f"{name} {method}"]["buffer_window_choice"] = res.diagnostics.get(
                         "buffer_window_choice"
                     )
+                    extra[f"{name} {method}"]["buffer_window_delta_chi2"] = window_chi2(res)
                     extra[f"{name} {method}"]["ref_closure"] = closure(refs, res, occ)
                     extra[f"{name} {method}"]["references_from"] = str(
                         ref_dir.relative_to(loops_dir)
@@ -289,17 +290,17 @@ def evaluate(
     return rows, targets, extra
 
 
-EXCITE_SUFFIX = "_excite"
+EXCITED_SUFFIXES = ("_excite", "_edges")
 
 
 def reference_dir(loops_dir: Path, name: str) -> Path:
-    """The reference run of loop `name`: its own ref/; for an excited loop `<base>_excite`
-    without one, its base loop's (loops/<base>/ref) in the same results. Raises
+    """The reference run of loop `name`: its own ref/; for an excited loop `<base>_excite` or
+    `<base>_edges` without one, its base loop's (loops/<base>/ref) in the same results. Raises
     FileNotFoundError, saying what is missing, where there is neither."""
     own = loops_dir / name / "ref"
     if own.is_dir():
         return own
-    base = name.removesuffix(EXCITE_SUFFIX)
+    base = next((name.removesuffix(s) for s in EXCITED_SUFFIXES if name.endswith(s)), name)
     if base == name:
         raise FileNotFoundError(f"no references: {name} has no ref/ run ({own})")
     theirs = loops_dir / base / "ref"
@@ -335,6 +336,28 @@ def closure(refs: dict, res, occ: dict) -> dict:
             "refs_j": summed, "gap_ms": gap_ms, "gap_at_idle_j": gap_j,
             "refs_over_plain_pct": 100 * (summed + gap_j) / plain if plain else None,
             "without_reference": missing}  # fmt: skip
+
+
+def window_chi2(res) -> dict[str, float]:
+    """Per neighbouring buffer-window length of the chosen one (ms → Δχ²): the residuals' excess
+    over the chosen length's, in independent blocks of rows, as the regression weighs the
+    neighbours' moves (`regression_choice.window_support`, above WINDOW_CLEAR_CHI2 = 9: the
+    run rejects that length); {} where the fit chose no window."""
+    d = res.diagnostics
+    choice = d.get("buffer_window_choice") or {}
+    rms = {float(k): float(v) for k, v in (choice.get("residual_rms_w") or {}).items()}
+    best = choice.get("window_s")
+    if best is None or not rms:
+        return {}
+    n_blocks = max(1.0, res.n_steps * res.step_time_s / (d.get("block_s") or 1.5))
+    tried = sorted(rms)
+    i = min(range(len(tried)), key=lambda j: abs(tried[j] - best))
+    r0 = max(rms[tried[i]], 1e-9)
+    return {
+        f"{1e3 * tried[j]:.0f}": max(n_blocks * (rms[tried[j]] ** 2 / r0**2 - 1.0), 0.0)
+        for j in (i - 1, i + 1)
+        if 0 <= j < len(tried)
+    }
 
 
 def _sim_truth(fine_dir: Path) -> dict | None:

@@ -20,6 +20,9 @@ power is what the device draws while it waits). Two kinds of gap (`ExciteConfig.
 
 On a recorder without CUDA (host timestamps) both kinds sleep on the run's clock.
 
+`ExciteConfig.edges()` is a preset of long gaps (40-150 ms, a few % of the steps), meant to let
+the power buffer's samples follow whole load→idle→load edges; experimental (its docstring).
+
 The cost is the gaps' time (and the device's power during them) in the excited steps, plus
 what draining the queue costs the next phase (``sync``): `jouleprof.attribution.excitation`
 measures it from the run (excited against plain steps).
@@ -35,6 +38,10 @@ import numpy as np
 
 GAP_PHASE = "excite_gap"
 GAPS: tuple[str, ...] = ("sync", "spin")
+EDGE_MIN_GAP_S = 0.040
+"""`ExciteConfig.edges`: the shortest long gap (two thirds of the buffer's 60 ms window)."""
+EDGE_MAX_GAP_S = 0.150
+"""`ExciteConfig.edges`: the longest long gap."""
 
 
 @dataclass(frozen=True)
@@ -74,6 +81,25 @@ class ExciteConfig:
             raise ValueError(f"max_gap_s must be at most 1 s, got {self.max_gap_s}")
         if self.gap not in GAPS:
             raise ValueError(f"gap must be one of {', '.join(GAPS)}, got {self.gap!r}")
+
+    @classmethod
+    def edges(
+        cls, window_s: float = 30.0, fraction: float = 0.05, **overrides: Any
+    ) -> ExciteConfig:
+        """Long idle gaps ("edges"), experimental: ``sync`` gaps of 40-150 ms in `fraction` of
+        the steps of the first `window_s` seconds (other fields as `overrides`).
+
+        A long gap idles the device for about the power buffer's window (60 ms) or longer, so
+        the buffer's samples follow whole load→idle→load edges, whose shape is the buffer's
+        kernel rather than the phases'. On a simulated GPU whose phases are not flat in power
+        (benchmarks/edge_excite_sim.py) they brought the window chosen by the run's residuals
+        toward the true one and halved the largest phases' errors, but with H200-like residuals
+        (~24 W) they did not identify it (Δχ² of the neighbouring lengths ≤ 3.3 at 5-10 % of
+        the steps), so the intervals did not narrow; they cost +9-22 % of the run's time on a
+        51 ms step. Not yet checked on a GPU (docs/excitation.md, "Long gaps")."""
+        kw: dict[str, Any] = dict(min_gap_s=EDGE_MIN_GAP_S, max_gap_s=EDGE_MAX_GAP_S, gap="sync")
+        kw.update(overrides)
+        return cls(fraction=fraction, window_s=window_s, **kw)
 
 
 class Exciter:

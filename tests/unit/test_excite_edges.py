@@ -1,0 +1,135 @@
+"""Long idle gaps as excitation (`ExciteConfig.edges`, ref_loops' `<loop>_edges`) and the
+H200-like simulated GPU they were tested on (benchmarks/edge_excite_sim.py): the preset's gaps,
+the loops' names and references, the misfit reproducing the H200's unidentified buffer window,
+and long gaps bringing a misfit-biased window choice back to the simulator's true one."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from jouleprof.clock import ManualClock
+from jouleprof.timeline.excite import EDGE_MAX_GAP_S, EDGE_MIN_GAP_S, GAP_PHASE, ExciteConfig
+from jouleprof.timeline.recorder import PhaseRecorder
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+def _mod(name: str):
+    if str(BENCHMARKS) not in sys.path:
+        sys.path.insert(0, str(BENCHMARKS))
+    return importlib.import_module(name)
+
+
+def test_the_edges_preset_is_long_sync_gaps_in_a_few_steps():
+    cfg = ExciteConfig.edges()
+    assert (cfg.min_gap_s, cfg.max_gap_s, cfg.gap) == (0.040, 0.150, "sync")
+    assert (cfg.fraction, cfg.window_s) == (0.05, 30.0)
+    assert EDGE_MIN_GAP_S < 0.060 < EDGE_MAX_GAP_S  # around the buffer's 60 ms window
+    # Its own fraction and window, and any other field as an override, still validated.
+    cfg = ExciteConfig.edges(window_s=45.0, fraction=0.1, boundary_prob=1.0, seed=3)
+    assert (cfg.window_s, cfg.fraction, cfg.boundary_prob, cfg.seed) == (45.0, 0.1, 1.0, 3)
+    assert ExciteConfig.edges(gap="spin").gap == "spin"
+    with pytest.raises(ValueError, match="max_gap_s"):
+        ExciteConfig.edges(max_gap_s=2.0)
+    with pytest.raises(ValueError, match="fraction"):
+        ExciteConfig.edges(fraction=0.0)
+
+
+def test_the_recorder_puts_the_long_gaps_in_about_fraction_of_the_window_steps():
+    clock = ManualClock()
+    record = SimpleNamespace(extra={})
+    cfg = ExciteConfig.edges(window_s=30.0, fraction=0.1, seed=2)
+    rec = PhaseRecorder(clock, device="cpu", excite=cfg, record=record)
+    for _ in range(800):
+        with rec.step():
+            for name in ("gemm", "copy", "spin"):
+                with rec.phase(name):
+                    clock.advance_s(0.017)
+    rec.close()
+    info = record.extra["excite"]
+    gaps = [s for s in rec.sink.spans if s.phase == GAP_PHASE]
+    assert info["n_gaps"] == len(gaps) > 0
+    for g in gaps:
+        assert EDGE_MIN_GAP_S - 1e-9 <= g.t1_s - g.t0_s <= EDGE_MAX_GAP_S + 1e-9
+    # 10 % drawn, each with a gap at one of its two boundaries at least (3 in 4 of them).
+    share = info["n_excited_steps"] / info["n_window_steps"]
+    assert 0.04 < share < 0.12
+    assert max(info["excited_steps"]) < info["n_window_steps"]
+    assert info["gap_s_total"] == pytest.approx(sum(g.t1_s - g.t0_s for g in gaps))
+
+
+def test_edges_loops_are_excited_loops_with_the_preset_and_their_base_loops_references(
+    tmp_path,
+):
+    rl = _mod("ref_loops")
+    ev = _mod("ref_loops_eval")
+    assert rl.is_excited("user4_edges") and rl.base_of("user4_edges") == "user4"
+    assert rl.is_excited("user4_excite") and rl.base_of("user4_excite") == "user4"
+    assert not rl.is_excited("user4") and not rl.is_excited("nosuch_edges")
+    edges = rl.loop_excitation("user4_edges", 60.0)
+    assert edges == ExciteConfig.edges(window_s=45.0, fraction=rl.EDGES_FRACTION)
+    assert rl.loop_excitation("user4_excite", 60.0).max_gap_s == 5e-3
+    assert rl.loop_excitation("user4", 60.0) is None
+    with pytest.raises(SystemExit):
+        rl.main(["--out", str(tmp_path / "x"), "--smoke", "--loops", "nosuch_edges"])
+    loops = tmp_path / "loops"
+    (loops / "user4" / "ref").mkdir(parents=True)
+    (loops / "user4_edges" / "fine").mkdir(parents=True)
+    assert ev.reference_dir(loops, "user4_edges") == loops / "user4" / "ref"
+    with pytest.raises(FileNotFoundError, match="base loop hf_bert"):
+        ev.reference_dir(loops, "hf_bert_edges")
+
+
+def test_an_edges_loop_in_smoke_mode_records_long_gaps(tmp_path):
+    """user4_edges through ref_loops.run_loop (smoke, CPU, fine run only; every step drawn):
+    the recorder's long gaps are in its spans."""
+    pytest.importorskip("torch")
+    import pandas as pd
+
+    rl = _mod("ref_loops")
+    assert rl.loop_excitation("user4_edges", 0.6, smoke=True).fraction == 1.0
+    row = rl.run_loop("user4_edges", tmp_path, 0.6, 0.3, True, "cpu", references=False)
+    spans = pd.read_csv(tmp_path / "fine" / "spans.csv")
+    gaps = spans[spans["phase"] == GAP_PHASE]
+    assert row["n_windows"] == 0 and len(gaps) > 0
+    assert ((gaps["t1_s"] - gaps["t0_s"]) >= EDGE_MIN_GAP_S - 1e-3).all()
+
+
+@pytest.fixture(scope="module")
+def sim():
+    return _mod("edge_excite_sim")
+
+
+def test_the_h200_like_misfit_leaves_the_buffer_window_unidentified(sim, tmp_path):
+    """As on the H200: residuals of tens of W, and neither neighbouring window length
+    rejected (Δχ² < 9), where the flat simulated GPU rejects both by far."""
+    ev = sim.run_one(tmp_path, "user4h", "plain", "h200", 0, 20.0, 60.0)
+    assert min(ev["buffer_rms_w"].values()) > 15.0
+    assert ev["delta_chi2"] and max(ev["delta_chi2"].values()) < 9.0
+    assert not ev["identified"]
+    flat = sim.run_one(tmp_path, "user4h", "plain", "flat", 0, 20.0, 60.0)
+    assert flat["chosen_window_ms"] == pytest.approx(60.0)
+    assert flat["identified"] and min(flat["delta_chi2"].values()) > 9.0
+
+
+def test_long_gaps_bring_a_misfit_biased_window_back_to_the_true_one(sim, tmp_path):
+    """Power that is not flat within phases (a throttling GEMM, a copy ramping up) pulls the
+    choice to the shortest length, confidently, with the GEMM and the copy outside their
+    intervals; 10 % of the steps with long gaps choose the true 60 ms, the truth inside."""
+    plain = sim.run_one(tmp_path, "user4h", "plain", "shapes_only", 0, 20.0, 60.0)
+    assert plain["chosen_window_ms"] < 50.0
+    by = {r["phase"]: r for r in plain["phases"]}
+    assert not by["gemm"]["inside"] and not by["copy"]["inside"]
+    edges = sim.run_one(tmp_path, "user4h", "edges10", "shapes_only", 0, 20.0, 60.0)
+    assert edges["chosen_window_ms"] == pytest.approx(60.0)
+    by = {r["phase"]: r for r in edges["phases"]}
+    for name in ("gemm", "copy"):
+        assert by[name]["resolved"] and by[name]["inside"], by[name]
+        assert abs(by[name]["error_pct"]) < 2.0
+    assert edges["excite"]["n_excited"] > 0
+    assert 5.0 < edges["excite"]["run_time_overhead_pct"] < 35.0
