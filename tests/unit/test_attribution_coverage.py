@@ -72,3 +72,17 @@ def test_unkept_bins_widen_the_short_phase_beside_a_long_one():
     assert short[1]["covered"]
     assert all(r["covered"] for r in new if r["counted"])
     assert any(n.startswith("bins not kept, but they move") for n in res.notes)
+
+
+def test_a_point_fit_counts_its_evidence_in_the_blocks_its_bootstrap_would_use():
+    # The choices (stall model, bins, the buffer window's Δχ²) run on point fits: their
+    # independent blocks must be the residuals' own, as in the final fit, not the 1.5 s floor.
+    ic = _bench()
+    sim = ic.simulate(ic.draw_scenario(10))  # 35 s with a ±0.8 % drift
+    fixed = dict(stall_model=False, bins=False, buffer_window_scales=())
+    point = ic.attribute_run(sim, intervals=False, **fixed)
+    final = ic.attribute_run(sim, **fixed)
+    assert final.diagnostics["block_s"] > 1.5  # the drift lengthens the bootstrap's blocks
+    assert point.diagnostics["block_s"] == final.diagnostics["block_s"]
+    floor = ic.attribute_run(sim, intervals=False, block_from_residuals=False, **fixed)
+    assert floor.diagnostics["block_s"] == 1.5

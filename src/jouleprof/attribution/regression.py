@@ -630,7 +630,14 @@ def _attribute_model(found: _Grids, timeline: Timeline, device: str, cfg: Regres
             )
             boot = boot if m is None else boot @ m.T
     else:  # a fit that only chooses a setting: point estimates (intervals at their floor)
-        boot, block, block_s = power[None, :], 0, None
+        boot, block = power[None, :], 0
+        # The block the bootstrap would use, all the same: the choices count their residuals'
+        # evidence in independent blocks of this length, as the final fit does.
+        block_s = (
+            residual_block_s(rows.mid_s, b - a @ power, cfg.block_s)
+            if cfg.block_from_residuals
+            else cfg.block_s
+        )
 
     # What the bootstrap cannot see: the uncertainty of σ and of where the rows sit in time.
     # A point-only fit (one that only chooses a setting) has none.

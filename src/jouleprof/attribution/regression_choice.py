@@ -343,7 +343,9 @@ def _clear_weight(chi2: float) -> float:
 
 
 def _n_blocks(res: DeviceAttribution) -> float:
-    """Independent blocks of rows in a fit: its analysed time over the bootstrap's block."""
+    """Independent blocks of rows in a fit: its analysed time over the bootstrap's block (the
+    residuals' own correlation time where longer than `block_s`; a point fit records the block
+    its bootstrap would use, so the window's choice and its widening count alike)."""
     block_s = res.diagnostics.get("block_s") or 1.5
     return max(1.0, res.n_steps * res.step_time_s / block_s)
 
