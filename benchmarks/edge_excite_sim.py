@@ -418,9 +418,10 @@ def paired_chi2(got: dict, model: tuple[bool, bool], best_s: float, block_s: flo
     return out
 
 
-def evaluate(fine: Path, paired: bool = False) -> dict:
-    """The default regression on the run, against its truth: per phase the error and the 95 %
-    half-width; the buffer window chosen, each neighbour's Δχ²; the excitation's cost."""
+def evaluate(fine: Path, paired: bool = False, opts: dict | None = None) -> dict:
+    """The default regression on the run (or with `opts`: RegressionConfig fields passed to
+    `attribute`), against its truth: per phase the error and the 95 % half-width; the buffer
+    window chosen, each neighbour's Δχ²; the excitation's cost."""
     from ref_loops_eval import window_chi2
 
     from jouleprof.attribution.api import attribute
@@ -430,12 +431,13 @@ def evaluate(fine: Path, paired: bool = False) -> dict:
 
     rd = RunDir(fine)
     rec = rd.read_record()
+    opts = opts or {}
     t0 = time.perf_counter()
     if paired:
         with _BufferResiduals() as cap:
-            res = attribute(fine, "regression", device="gpu0").devices[0]
+            res = attribute(fine, "regression", device="gpu0", **opts).devices[0]
     else:
-        res = attribute(fine, "regression", device="gpu0").devices[0]
+        res = attribute(fine, "regression", device="gpu0", **opts).devices[0]
     wall = time.perf_counter() - t0
     spans = rd.read_spans()
     steps = sorted(int(x) for x in spans["step"].unique())
@@ -485,6 +487,9 @@ def evaluate(fine: Path, paired: bool = False) -> dict:
         "block_s": d.get("block_s"),
         "residual_rms_w": d.get("residual_rms_w"),
         "bins": bool(d.get("bins")),
+        "bins_used": {k: len(v) for k, v in ((d.get("bins") or {}).get("members") or {}).items()},
+        "bin_s": (d.get("bins") or {}).get("bin_s"),
+        "regression_opts": opts,
         "phases": phases,
         "excite": ex,
         "notes": res.notes,
@@ -534,8 +539,9 @@ def table(results: list[dict]) -> str:
 
 
 def run_one(out: Path, loop: str, setting: str, misfit: str, seed: int, fine_s: float,
-            window_ms: float, paired: bool = False) -> dict:  # fmt: skip
-    """One simulated run (written once under out/loops/<tag>/fine) and its evaluation."""
+            window_ms: float, paired: bool = False, opts: dict | None = None) -> dict:  # fmt: skip
+    """One simulated run (written once under out/loops/<tag>/fine) and its evaluation (with
+    `opts`: RegressionConfig fields; the run is the same, its tag gets their suffix)."""
     make = SETTINGS[setting]
     excite = replace(make(fine_s), seed=seed) if make else None
     tag = f"{loop}@{setting}@{misfit}@w{window_ms:g}@{fine_s:g}s@s{seed}"
@@ -543,7 +549,10 @@ def run_one(out: Path, loop: str, setting: str, misfit: str, seed: int, fine_s: 
     t0 = time.perf_counter()
     if not (fine / "run.json").is_file():
         write_fine(LOOPS[loop], fine, fine_s, MISFITS[misfit], seed, excite, 1e-3 * window_ms)
-    ev = evaluate(fine, paired)
+    ev = evaluate(fine, paired, opts)
+    if opts:
+        tag += "@" + ",".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
+                              for k, v in sorted(opts.items())).replace(" ", "")  # fmt: skip
     ev.update(tag=tag, loop=loop, setting=setting, misfit=misfit, seed=seed, fine_s=fine_s,
               excite_config=asdict(excite) if excite else None,
               wall_s=time.perf_counter() - t0)  # fmt: skip
@@ -583,7 +592,29 @@ def main(argv: list[str] | None = None) -> int:
     paired = "also a paired per-block test of the window lengths (a diagnostic)"
     ap.add_argument("--paired", action="store_true", help=paired)
     ap.add_argument("--table", action="store_true", help="only print OUT/results.jsonl's table")
+    ap.add_argument("--bins", choices=("auto", "on", "off"), default="auto",
+                    help="RegressionConfig.bins: auto (None, the default: tried, kept where "
+                    "clearly better), on (True), off (False)")  # fmt: skip
+    ap.add_argument("--bin-ms", type=float, default=None,
+                    help="RegressionConfig.bin_s in ms (default: the package's)")  # fmt: skip
+    ap.add_argument("--stall", choices=("auto", "on", "off"), default="auto",
+                    help="RegressionConfig.stall_model: auto (None, default), on, off")  # fmt: skip
+    ap.add_argument("--reg", action="append", default=[], metavar="FIELD=JSON",
+                    help="any other RegressionConfig field, its value as JSON (a list: a "
+                    "tuple), e.g. buffer_window_scales=[1.0]; repeatable")  # fmt: skip
     args = ap.parse_args(argv)
+    tri = {"on": True, "off": False}
+    opts: dict = {}
+    if args.bins in tri:
+        opts["bins"] = tri[args.bins]
+    if args.bin_ms is not None:
+        opts["bin_s"] = 1e-3 * args.bin_ms
+    if args.stall in tri:
+        opts["stall_model"] = tri[args.stall]
+    for kv in args.reg:
+        k, v = kv.split("=", 1)
+        v = json.loads(v)
+        opts[k] = tuple(v) if isinstance(v, list) else v
     if args.table:
         lines = (args.out / "results.jsonl").read_text().splitlines()
         print(table([json.loads(x) for x in lines if x.strip()]), end="")
@@ -594,7 +625,7 @@ def main(argv: list[str] | None = None) -> int:
             for loop in args.loops.split(","):
                 for setting in args.settings.split(","):
                     ev = run_one(args.out, loop, setting, misfit, seed, args.fine_s,
-                                 args.window_ms, args.paired)  # fmt: skip
+                                 args.window_ms, args.paired, opts)  # fmt: skip
                     print(_line(ev), flush=True)
                     with (args.out / "results.jsonl").open("a") as f:
                         f.write(json.dumps(ev, default=str) + "\n")
