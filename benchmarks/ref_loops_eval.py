@@ -37,11 +37,13 @@ VARIANTS: dict[str, dict] = {
     "regression": {},
     "regression_box45": {"instant_window_s": 0.045, "instant_kernel": ((1.0, 0.0, 1.0),)},
     "regression_fixedwindow": {},
+    "regression_bins": {"bins": True},
 }
 """Regression settings evaluated with --variants: the defaults; the instant field read as the
 45 ms boxcar measured on the H200 (`--instant-kernel box:45`); the buffer window's worth fixed
 as tuned on V-JEPA2 (the neighbours' full move and ±25 %), not from the run's own residuals
-(`regression_choice.WINDOW_FROM_RESIDUALS` off)."""
+(`regression_choice.WINDOW_FROM_RESIDUALS` off); long phases always cut into bins (on the
+H200-like simulation bins with long gaps removed the window's bias: simulated_bins/)."""
 
 
 def unpack(results: Path, work: Path) -> Path:
@@ -410,6 +412,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=None, help="default: RESULTS_DIR/eval")
     ap.add_argument("--target-pct", type=float, default=5.0)
     ap.add_argument("--variants", action="store_true", help=f"also {', '.join(VARIANTS)}")
+    ap.add_argument(
+        "--methods",
+        default=None,
+        help="comma-separated methods and variants to evaluate (default: regression, "
+        "proportional, and the variants with --variants)",
+    )
     args = ap.parse_args(argv)
     if not (args.results / "meta.json").is_file():
         ap.error(f"{args.results} has no meta.json: give a benchmarks/ref_loops.py --out dir")
@@ -420,6 +428,11 @@ def main(argv: list[str] | None = None) -> int:
     methods = (
         METHODS + tuple(v for v in VARIANTS if v != "regression") if args.variants else METHODS
     )
+    if args.methods:
+        methods = tuple(m for m in args.methods.split(",") if m)
+        bad = [m for m in methods if m not in METHODS and m not in VARIANTS]
+        if bad:
+            ap.error(f"unknown method(s) {bad}: choose from {', '.join((*METHODS, *VARIANTS))}")
     rows, targets, extra = evaluate(base, meta, args.target_pct, methods)
     pd.DataFrame(rows).to_csv(out / "ref_loops_eval.csv", index=False)
     pd.DataFrame(targets).to_csv(out / "targets.csv", index=False)
