@@ -1,4 +1,5 @@
-"""Trainer and Lightning callbacks: a clear message without the package; a tiny run with it."""
+"""Trainer and Lightning callbacks: a clear message without the package; a tiny run with it,
+plain and with the recorder's excitation (its gaps land between the callbacks' phases)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,10 @@ import sys
 import pytest
 
 from jouleprof.clock import MonotonicClock
+from jouleprof.timeline.excite import GAP_PHASE, ExciteConfig
 from jouleprof.timeline.recorder import PhaseRecorder
+
+EVERY_BOUNDARY = ExciteConfig(fraction=1.0, window_s=100.0, boundary_prob=1.0, max_gap_s=1e-3)
 
 
 def test_missing_transformers_says_pip_install(monkeypatch):
@@ -35,8 +39,15 @@ def _phases_by_step(spans):
     return out
 
 
+def _with_gaps(names: list[str], excite: bool) -> list[str]:
+    """The phases a step records, with the recorder's excitation gap before each but the first
+    where every boundary is excited."""
+    return [x for n in names for x in ((GAP_PHASE, n) if excite and n != names[0] else (n,))]
+
+
+@pytest.mark.parametrize("excite", [False, True])
 @pytest.mark.parametrize("hooks", [True, False])
-def test_hf_trainer_callback_marks_steps(tmp_path, hooks):
+def test_hf_trainer_callback_marks_steps(tmp_path, hooks, excite):
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     pytest.importorskip("accelerate")
@@ -61,7 +72,7 @@ def test_hf_trainer_callback_marks_steps(tmp_path, hooks):
         save_strategy="no",
         logging_strategy="no",
     )
-    rec = PhaseRecorder(MonotonicClock(), device="cpu")
+    rec = PhaseRecorder(MonotonicClock(), device="cpu", excite=EVERY_BOUNDARY if excite else None)
     trainer = transformers.Trainer(
         model=Tiny(), args=args, train_dataset=data, callbacks=[trainer_callback(rec, hooks=hooks)]
     )
@@ -71,10 +82,11 @@ def test_hf_trainer_callback_marks_steps(tmp_path, hooks):
     assert sorted(steps) == [0, 1, 2]
     expect = ["forward", "backward", "optimizer"] if hooks else ["forward+backward", "optimizer"]
     for names in steps.values():
-        assert names == expect
+        assert names == _with_gaps(expect, excite)
 
 
-def test_lightning_callback_marks_steps(tmp_path):
+@pytest.mark.parametrize("excite", [False, True])
+def test_lightning_callback_marks_steps(tmp_path, excite):
     torch = pytest.importorskip("torch")
     try:
         import lightning.pytorch as pl
@@ -95,7 +107,7 @@ def test_lightning_callback_marks_steps(tmp_path):
             return torch.optim.SGD(self.parameters(), lr=0.1)
 
     ds = torch.utils.data.TensorDataset(torch.randn(8, 4), torch.randn(8))
-    rec = PhaseRecorder(MonotonicClock(), device="cpu")
+    rec = PhaseRecorder(MonotonicClock(), device="cpu", excite=EVERY_BOUNDARY if excite else None)
     trainer = pl.Trainer(
         max_steps=3,
         accelerator="cpu",
@@ -111,4 +123,6 @@ def test_lightning_callback_marks_steps(tmp_path):
     steps = _phases_by_step(rec.sink.spans)
     assert sorted(steps) == [0, 1, 2]
     for names in steps.values():
-        assert names == ["forward", "backward", "optimizer"]
+        assert names == _with_gaps(["forward", "backward", "optimizer"], excite)
+    if excite:
+        assert rec.exciter.n_gaps == 6

@@ -1,5 +1,6 @@
 """Excited reference loops `<loop>_excite` (benchmarks/ref_loops.py): the framework loops get
-their excitation gaps through jouleprof's Lightning and Trainer callbacks, a loop that records
+their excitation gaps through jouleprof's Lightning and Trainer callbacks (the callbacks
+themselves: tests/unit/test_integrations.py), a loop that records
 no gap fails, the budget holds several excited loops, and the evaluation finds an excited
 loop's references (its own, or its base loop's) or says which are missing."""
 
@@ -15,96 +16,15 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-from jouleprof.clock import MonotonicClock
 from jouleprof.timeline.excite import GAP_PHASE, ExciteConfig
-from jouleprof.timeline.recorder import PhaseRecorder
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
-EVERY_BOUNDARY = ExciteConfig(fraction=1.0, window_s=100.0, boundary_prob=1.0, max_gap_s=1e-3)
 
 
 def _mod(name: str):
     if str(BENCHMARKS) not in sys.path:
         sys.path.insert(0, str(BENCHMARKS))
     return importlib.import_module(name)
-
-
-def _phases_by_step(spans) -> dict[int, list[str]]:
-    out: dict[int, list[str]] = {}
-    for s in sorted(spans, key=lambda s: s.t0_s):
-        out.setdefault(int(s.step), []).append(s.phase)
-    return out
-
-
-def test_lightning_callback_puts_the_recorders_gaps_between_its_phases(tmp_path):
-    torch = pytest.importorskip("torch")
-    pl = pytest.importorskip("lightning.pytorch")
-    from jouleprof.integrations.lightning import lightning_callback
-
-    class Tiny(pl.LightningModule):
-        def __init__(self):
-            super().__init__()
-            self.lin = torch.nn.Linear(4, 1)
-
-        def training_step(self, batch, batch_idx):
-            x, y = batch
-            return torch.nn.functional.mse_loss(self.lin(x).squeeze(-1), y)
-
-        def configure_optimizers(self):
-            return torch.optim.SGD(self.parameters(), lr=0.1)
-
-    ds = torch.utils.data.TensorDataset(torch.randn(8, 4), torch.randn(8))
-    rec = PhaseRecorder(MonotonicClock(), device="cpu", excite=EVERY_BOUNDARY)
-    trainer = pl.Trainer(
-        max_steps=3, accelerator="cpu", logger=False, enable_checkpointing=False,
-        enable_progress_bar=False, enable_model_summary=False,
-        callbacks=[lightning_callback(rec)], default_root_dir=str(tmp_path),
-    )  # fmt: skip
-    trainer.fit(Tiny(), torch.utils.data.DataLoader(ds, batch_size=2))
-    rec.close()
-    steps = _phases_by_step(rec.sink.spans)
-    assert sorted(steps) == [0, 1, 2]
-    for names in steps.values():
-        assert names == ["forward", GAP_PHASE, "backward", GAP_PHASE, "optimizer"]
-    assert rec.exciter.n_gaps == 6
-
-
-@pytest.mark.parametrize("hooks", [True, False])
-def test_trainer_callback_puts_the_recorders_gaps_between_its_phases(tmp_path, hooks):
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
-    pytest.importorskip("accelerate")
-    from jouleprof.integrations.hf_trainer import trainer_callback
-
-    class Tiny(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.lin = torch.nn.Linear(4, 1)
-
-        def forward(self, x, labels=None):
-            out = self.lin(x).squeeze(-1)
-            return {"loss": torch.nn.functional.mse_loss(out, labels), "logits": out}
-
-    data = [{"x": torch.randn(4), "labels": torch.randn(())} for _ in range(8)]
-    args = transformers.TrainingArguments(
-        output_dir=str(tmp_path), max_steps=3, per_device_train_batch_size=2, report_to=[],
-        use_cpu=True, save_strategy="no", logging_strategy="no", disable_tqdm=True,
-    )  # fmt: skip
-    rec = PhaseRecorder(MonotonicClock(), device="cpu", excite=EVERY_BOUNDARY)
-    trainer = transformers.Trainer(
-        model=Tiny(), args=args, train_dataset=data, callbacks=[trainer_callback(rec, hooks=hooks)]
-    )
-    trainer.train()
-    rec.close()
-    steps = _phases_by_step(rec.sink.spans)
-    assert sorted(steps) == [0, 1, 2]
-    expect = (
-        ["forward", GAP_PHASE, "backward", GAP_PHASE, "optimizer"]
-        if hooks
-        else ["forward+backward", GAP_PHASE, "optimizer"]
-    )
-    for names in steps.values():
-        assert names == expect
 
 
 def _fine_gaps(run_dir: Path) -> tuple[pd.DataFrame, dict]:
