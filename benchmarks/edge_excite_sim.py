@@ -43,6 +43,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from ref_loops import excite_config  # noqa: E402
+from ref_loops_sim import record_steps  # noqa: E402
+
 BUFFER_PERIOD_S = 0.020
 SEG_S = 1e-3
 """The simulated power's resolution within a phase (it is piecewise constant on this grid)."""
@@ -148,13 +151,6 @@ LOOPS: dict[str, Loop] = {
 }
 
 
-def _short(fine_s: float):
-    """The excitation ref_loops.py's `<loop>_excite` uses (0.5-5 ms gaps, 30 % of the steps)."""
-    from jouleprof.timeline.excite import ExciteConfig
-
-    return ExciteConfig(fraction=0.3, window_s=0.75 * fine_s, max_gap_s=5e-3, gap="sync")
-
-
 def _edges(fraction: float, lo_ms: float | None = None, hi_ms: float | None = None):
     """`ExciteConfig.edges` (its gaps' lengths, or `lo_ms`-`hi_ms`) in `fraction` of the
     steps in the first 75 % of the run."""
@@ -172,7 +168,7 @@ def _edges(fraction: float, lo_ms: float | None = None, hi_ms: float | None = No
 
 SETTINGS = {
     "plain": None,
-    "short": _short,
+    "short": excite_config,  # ref_loops.py's `<loop>_excite` (0.5-5 ms gaps, 30 % of the steps)
     "edges5": _edges(0.05),
     "edges10": _edges(0.10),
     "edges2": _edges(0.02),
@@ -301,28 +297,12 @@ def buffer_samples(drv: Driver, rng, end_s: float, window_s: float, noise_w: flo
 
 def _sample(drv: Driver, rd, seed: int, window_s: float) -> None:
     """Read the simulated GPU with the real sampler into samples.csv and power_buffer.csv."""
-    from jouleprof.clock import ManualClock
-    from jouleprof.sensors.sampler import Sampler, SamplerConfig
-    from jouleprof.sensors.simulated import SensorModel, SimulatedGPU
+    from ref_loops_sim import sample_gpu
 
-    drv.idle(1.0)
-    end = drv.sched.end_s
-    clock = ManualClock()
+    from jouleprof.sensors.simulated import SensorModel
+
     model = SensorModel(power_noise_w=drv.mf.instant_noise_w)
-    gpu = SimulatedGPU(drv.sched, clock, model=model, seed=seed + 1)
-    writer = rd.sample_writer()
-    cfg = SamplerConfig(interval_s=0.02, counter_interval_s=0.1, counter_dense_s=0.0)
-    sampler = Sampler([gpu], writer, cfg, clock=clock)
-    sampler.mark_start()
-    rng = np.random.default_rng([seed, 3])
-    t, first = 0.0, True
-    while t < end:
-        clock.advance_s(max(t - clock.now_s(), 0.0))
-        sampler.poll_once(force_counter=first or t + 0.025 >= end)
-        first = False
-        t += cfg.interval_s * float(rng.uniform(0.9, 1.1)) + float(rng.uniform(0, 0.003))
-    sampler.flush()
-    writer.close()
+    end, rng = sample_gpu(drv, rd, seed, model)
     buf = buffer_samples(drv, rng, end, window_s, drv.mf.buffer_noise_w)
     buf.to_csv(rd.path / "power_buffer.csv", index=False)
 
@@ -340,15 +320,7 @@ def write_fine(loop: Loop, path: Path, fine_s: float, misfit: Misfit, seed: int 
     rec = RunRecord(run_id=f"edge-sim-{path.parent.name}", kind="edge_excite_sim", extra=extra)
     rd = RunDir.create(path, rec)
     recorder = PhaseRecorder(drv.clock, rd.span_writer(), device="cpu", excite=excite, record=rec)
-    t_end = drv.clock.now_s() + fine_s
-    while drv.clock.now_s() < t_end:
-        with recorder.step():
-            for ph in loop.phases:
-                with recorder.phase(ph.name):
-                    drv.run(ph)
-        if loop.between_ms:
-            drv.idle(1e-3 * loop.between_ms)
-    recorder.close()
+    record_steps(loop, drv, recorder, fine_s)
     _sample(drv, rd, seed, window_s)
     rec.extra["simulated_truth_j"] = {k: [float(x) for x in v] for k, v in drv.truth.items()}
     rec.status = RunStatus.COMPLETE

@@ -111,19 +111,18 @@ class _Driver:
             self.truth.setdefault(ph.name, []).append(ph.power_w * d)
 
 
-def _sample(drv: _Driver, rd, seed: int, buffer: bool) -> None:
-    """Read the simulated GPU with the real sampler into samples.csv (and power_buffer.csv)."""
-    from interval_coverage import _buffer
-
+def sample_gpu(drv, rd, seed: int, model=None) -> tuple[float, np.random.Generator]:
+    """Read a driver's simulated GPU (`drv.sched`, after a last second of idle) with the real
+    sampler into samples.csv; (the schedule's end, the random stream the buffer continues)."""
+    from jouleprof.clock import ManualClock
     from jouleprof.sensors.sampler import Sampler, SamplerConfig
     from jouleprof.sensors.simulated import SimulatedGPU
 
     drv.idle(1.0)
     end = drv.sched.end_s
-    from jouleprof.clock import ManualClock
-
     clock = ManualClock()
-    gpu = SimulatedGPU(drv.sched, clock, seed=seed + 1)
+    kw = {} if model is None else {"model": model}
+    gpu = SimulatedGPU(drv.sched, clock, seed=seed + 1, **kw)
     writer = rd.sample_writer()
     cfg = SamplerConfig(interval_s=0.02, counter_interval_s=0.1, counter_dense_s=0.0)
     sampler = Sampler([gpu], writer, cfg, clock=clock)
@@ -137,8 +136,30 @@ def _sample(drv: _Driver, rd, seed: int, buffer: bool) -> None:
         t += cfg.interval_s * float(rng.uniform(0.9, 1.1)) + float(rng.uniform(0, 0.003))
     sampler.flush()
     writer.close()
+    return end, rng
+
+
+def _sample(drv: _Driver, rd, seed: int, buffer: bool) -> None:
+    """Read the simulated GPU with the real sampler into samples.csv (and power_buffer.csv)."""
+    from interval_coverage import _buffer
+
+    end, rng = sample_gpu(drv, rd, seed)
     if buffer:
         _buffer(drv.sched, rng, end).to_csv(rd.path / "power_buffer.csv", index=False)
+
+
+def record_steps(loop, drv, recorder, fine_s: float) -> None:
+    """`fine_s` seconds of the loop's steps, each phase run by the driver inside the
+    recorder's step and phase (and the loop's idle between steps)."""
+    t_end = drv.clock.now_s() + fine_s
+    while drv.clock.now_s() < t_end:
+        with recorder.step():
+            for ph in loop.phases:
+                with recorder.phase(ph.name):
+                    drv.run(ph)
+        if loop.between_ms:
+            drv.idle(1e-3 * loop.between_ms)
+    recorder.close()
 
 
 def _new_run(path: Path, kind: str, extra: dict):
@@ -159,15 +180,7 @@ def write_fine(loop: SimLoop, path: Path, fine_s: float, seed: int = 0, excite=N
     rd, rec, status = _new_run(path, "ref_loop_sim", {"simulated": True, "loop": asdict(loop)})
     sink = rd.span_writer()
     recorder = PhaseRecorder(drv.clock, sink, device="cpu", excite=excite, record=rec)
-    t_end = drv.clock.now_s() + fine_s
-    while drv.clock.now_s() < t_end:
-        with recorder.step():
-            for ph in loop.phases:
-                with recorder.phase(ph.name):
-                    drv.run(ph)
-        if loop.between_ms:
-            drv.idle(1e-3 * loop.between_ms)
-    recorder.close()
+    record_steps(loop, drv, recorder, fine_s)
     _sample(drv, rd, seed, buffer)
     rec.extra["simulated_truth_j_per_occ"] = {k: float(np.mean(v)) for k, v in drv.truth.items()}
     rec.status = status.COMPLETE
