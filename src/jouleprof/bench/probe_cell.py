@@ -116,13 +116,19 @@ def _window_energy(cell_dir: Path, t0_s: float, t1_s: float, steps: int) -> dict
     }
 
 
-def _drop(kept: dict[str, Any] | None, torch) -> None:
-    """Free a kept trainer (a worker's shared build)."""
-    if kept:
-        kept.clear()
+def _take(kept: dict[str, Any] | None, key: tuple, torch):
+    """A worker's kept trainer if it was built for `key`, else None; `kept` is left empty, and
+    a trainer of another build is freed before this cell builds its own."""
+    if not kept:
+        return None
+    same = kept["key"] == key
+    trainer = kept["trainer"] if same else None
+    kept.clear()
+    if not same:
         gc.collect()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
+    return trainer
 
 
 def run_cell(
@@ -143,11 +149,7 @@ def run_cell(
     row: dict[str, Any] = {"status": "error"}
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     trainer = None
-    if kept is not None and kept.get("key") != cell.build_key:
-        _drop(kept, torch)
-    reused = kept.pop("trainer", None) if kept else None
-    if kept is not None:
-        kept.clear()
+    reused = _take(kept, cell.build_key, torch)
     try:
         cfg = TrainerConfig(
             model=cell.model,
