@@ -23,12 +23,14 @@ import json
 import sys
 import tarfile
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from ref_loops import base_of  # noqa: E402
 from ref_loops_refs import references  # noqa: E402
 
 BIG_PCT, SMALL_PCT = 10.0, 2.0
@@ -292,9 +294,6 @@ def evaluate(
     return rows, targets, extra
 
 
-EXCITED_SUFFIXES = ("_excite", "_edges")
-
-
 def reference_dir(loops_dir: Path, name: str) -> Path:
     """The reference run of loop `name`: its own ref/; for an excited loop `<base>_excite` or
     `<base>_edges` without one, its base loop's (loops/<base>/ref) in the same results. Raises
@@ -302,7 +301,7 @@ def reference_dir(loops_dir: Path, name: str) -> Path:
     own = loops_dir / name / "ref"
     if own.is_dir():
         return own
-    base = next((name.removesuffix(s) for s in EXCITED_SUFFIXES if name.endswith(s)), name)
+    base = base_of(name)
     if base == name:
         raise FileNotFoundError(f"no references: {name} has no ref/ run ({own})")
     theirs = loops_dir / base / "ref"
@@ -345,21 +344,19 @@ def window_chi2(res) -> dict[str, float]:
     over the chosen length's, in independent blocks of rows, as the regression weighs the
     neighbours' moves (`regression_choice.window_support`, above WINDOW_CLEAR_CHI2 = 9: the
     run rejects that length); {} where the fit chose no window."""
-    d = res.diagnostics
-    choice = d.get("buffer_window_choice") or {}
+    import jouleprof.attribution.regression_choice as rc
+
+    choice = res.diagnostics.get("buffer_window_choice") or {}
     rms = {float(k): float(v) for k, v in (choice.get("residual_rms_w") or {}).items()}
     best = choice.get("window_s")
     if best is None or not rms:
         return {}
-    n_blocks = max(1.0, res.n_steps * res.step_time_s / (d.get("block_s") or 1.5))
     tried = sorted(rms)
     i = min(range(len(tried)), key=lambda j: abs(tried[j] - best))
-    r0 = max(rms[tried[i]], 1e-9)
-    return {
-        f"{1e3 * tried[j]:.0f}": max(n_blocks * (rms[tried[j]] ** 2 / r0**2 - 1.0), 0.0)
-        for j in (i - 1, i + 1)
-        if 0 <= j < len(tried)
-    }
+    search = SimpleNamespace(
+        rms=rms, best=tried[i], neighbours=[tried[j] for j in (i - 1, i + 1) if 0 <= j < len(tried)]
+    )
+    return {f"{1e3 * w:.0f}": c for w, c in rc.window_support(search, rc._n_blocks(res)).items()}
 
 
 def _sim_truth(fine_dir: Path) -> dict | None:
