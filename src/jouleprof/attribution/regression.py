@@ -619,11 +619,15 @@ def _attribute_model(found: _Grids, timeline: Timeline, device: str, cfg: Regres
     y = pl.target(theta)
     w0 = cfg.instant_window_s
     a, b = x * w[:, None], y * w
+    # The bootstrap's block, also recorded by a fit that only chooses a setting: the choices
+    # count their residuals' evidence in independent blocks of this length, as the final fit.
+    block_s = (
+        residual_block_s(rows.mid_s, b - a @ power, cfg.block_s)
+        if cfg.block_from_residuals
+        else cfg.block_s
+    )
     if cfg.intervals:
         with stage("bootstrap"):
-            block_s = cfg.block_s
-            if cfg.block_from_residuals:
-                block_s = residual_block_s(rows.mid_s, b - a @ power, cfg.block_s)
             m = pl.power_map
             boot, block = block_bootstrap(
                 a if m is None else a @ m, b, rows.mid_s, block_s, cfg.n_boot, cfg.seed
@@ -631,13 +635,6 @@ def _attribute_model(found: _Grids, timeline: Timeline, device: str, cfg: Regres
             boot = boot if m is None else boot @ m.T
     else:  # a fit that only chooses a setting: point estimates (intervals at their floor)
         boot, block = power[None, :], 0
-        # The block the bootstrap would use, all the same: the choices count their residuals'
-        # evidence in independent blocks of this length, as the final fit does.
-        block_s = (
-            residual_block_s(rows.mid_s, b - a @ power, cfg.block_s)
-            if cfg.block_from_residuals
-            else cfg.block_s
-        )
 
     # What the bootstrap cannot see: the uncertainty of σ and of where the rows sit in time.
     # A point-only fit (one that only chooses a setting) has none.
