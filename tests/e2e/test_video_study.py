@@ -86,6 +86,15 @@ def test_tiny_staged_study_runs_resumes_and_summarizes(tmp_path):
     assert train_e["source"] == "estimated" and "simulated" in train_e["reason"]
     assert train_e["lo"] <= train_e["value"] <= train_e["hi"]
     assert video["deployment"]["timed_passes"] == 30
+    # The confirmation cell trains the search cell's model, method and precision: it takes
+    # that cell's deployment cost instead of measuring it again.
+    lr_run = json.loads((out / "cells" / "lr-videomae-b-lora-1e-03" / "run.json").read_text())
+    measured = lr_run["extra"]["video"]["deployment"]
+    assert "reused_from" not in measured
+    reused = video["deployment"]["reused_from"]
+    assert reused["run_dir"] == str(out.absolute() / "cells" / "lr-videomae-b-lora-1e-03")
+    assert video["deployment"]["energy_per_clip"] == measured["energy_per_clip"]
+    assert any("deployment cost not measured in this run" in n for n in run["notes"])
     # Training and validation are separate windows; validation never counts as training.
     ep = video["epochs"][0]
     assert ep["train"]["t1_s"] <= ep["val"]["t0_s"]
@@ -129,6 +138,7 @@ def test_tiny_staged_study_runs_resumes_and_summarizes(tmp_path):
     with (out / "video_runs.csv").open() as f:
         table = list(csv.DictReader(f))
     assert len(table) == 2 and {t["stage"] for t in table} == {"search-lr", "confirm"}
+    assert {t["deploy_measured_in"] for t in table} == {"lr-videomae-b-lora-1e-03"}
 
 
 def test_bad_names_are_refused_with_the_choices(tmp_path):
@@ -192,3 +202,41 @@ def test_summary_states_ties_inside_the_uncertainty():
     (b2,) = best_per_model([rows[0], rows[2], rows[3]])
     text = _statement(b2)
     assert "outside the measurement's uncertainty" in text and "sampling interval" in text
+
+
+def test_a_run_measures_its_own_deployment_where_deploy_from_is_unusable(tmp_path):
+    r = jp_here(
+        "run",
+        "video",
+        "--model",
+        "videomae-b",
+        "--method",
+        "bitfit",
+        "--precision",
+        "fp32",
+        "--tiny",
+        "--epochs",
+        "1",
+        "--synthetic-clips",
+        "8,4,0",
+        "--max-steps-per-epoch",
+        "1",
+        "--num-workers",
+        "0",
+        "--deploy-sustained-s",
+        "0.3",
+        "--idle-s",
+        "0",
+        "--simulate-gpu-w",
+        "120",
+        "--deploy-from",
+        str(tmp_path / "no-such-run"),
+        "--out",
+        str(tmp_path / "run"),
+    )
+    assert r.exit_code == 0, r.output[-2000:]
+    run = json.loads((tmp_path / "run" / "run.json").read_text())
+    dep = run["extra"]["video"]["deployment"]
+    assert "reused_from" not in dep and dep["sustained"]["passes"] > 0
+    (why,) = [n for n in run["notes"] if n.startswith("deployment cost measured in this run")]
+    assert "no-such-run" in why and "no readable run.json" in why

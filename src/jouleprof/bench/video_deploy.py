@@ -7,14 +7,35 @@ a sustained loop of ≥ `deploy_sustained_s` gives the energy per clip from the 
 counter (its window is costed after the run, with its interval). Before it, the optimizer's
 state and the gradients are freed, so the peak allocated memory is that of inference: weights
 (with adapters, unmerged) and activations.
+
+A run may instead take the deployment cost another finished run measured (`reusable_deployment`,
+`jouleprof run video --deploy-from RUN_DIR`): inference runs the same kernels whatever the
+learning rate, seed, epochs or activation checkpointing of training, so runs of one model, method
+and precision, at one clip and deployment protocol on the same GPU, have one deployment cost. A
+study measures it once per such configuration instead of in every cell.
 """
 
 from __future__ import annotations
 
 import gc
+import json
+import os
+from pathlib import Path
 from typing import Any
 
 WARMUP_PASSES = 5
+SAME_DEPLOYMENT = (
+    "model",
+    "method",
+    "precision",
+    "tiny",
+    "deploy_batch",
+    "deploy_passes",
+    "deploy_sustained_s",
+)
+"""The run settings a reused deployment cost must share (with the clip and the GPU)."""
+SAME_GPU = ("gpus", "driver_version")
+"""The hardware record's parts a reused deployment cost must share."""
 
 
 def _count_macs(torch, fn) -> tuple[float | None, str]:
@@ -93,3 +114,51 @@ def deployment_cost(torch, trainer, cfg, spec, device, m) -> dict[str, Any]:
         "macs_per_clip": macs,
         "macs_how": macs_how,
     }
+
+
+def reusable_deployment(
+    source: str | Path, run: dict[str, Any], clip: dict[str, int], hardware: dict[str, Any]
+) -> tuple[dict[str, Any] | None, str]:
+    """The deployment record `source` (a finished video run's directory) measured, when this
+    run may take it as its own; else None. Returns it (with `reused_from` saying where it was
+    measured) or None, and why in either case.
+
+    Args:
+        run: this run's settings (`VideoRunConfig.to_json()`).
+        clip: this run's clip, {"frames": ..., "size": ...}.
+        hardware: this run's hardware record (`hardware.hardware_record`).
+    """
+    src = Path(os.path.normpath(source))  # a study names it relative to a cell: "cell/../other"
+    try:
+        d = json.loads((src / "run.json").read_text())
+    except (OSError, ValueError) as e:
+        return None, f"{src} holds no readable run.json ({type(e).__name__})"
+    if d.get("status") != "complete":
+        return None, f"{src} is not a complete run (status {d.get('status')})"
+    theirs = ((d.get("config") or {}).get("video_run")) or {}
+    differ = [k for k in SAME_DEPLOYMENT if theirs.get(k) != run.get(k)]
+    dep = ((d.get("extra") or {}).get("video") or {}).get("deployment")
+    if not differ and dep and dep.get("clip") != clip:
+        differ.append("clip")
+    if differ:
+        return None, f"{src} ran other settings ({', '.join(differ)})"
+    if not dep:
+        return None, f"{src} measured no deployment cost"
+    if ((dep.get("energy_per_clip") or {}).get("value")) is None:
+        return None, f"{src} has no deployment energy (it measured no GPU)"
+    other = [k for k in SAME_GPU if (d.get("hardware") or {}).get(k) != hardware.get(k)]
+    if other:
+        return None, f"{src} ran on other hardware ({', '.join(other)})"
+    if (d.get("extra") or {}).get("disturbed"):
+        return None, f"{src} was disturbed by another process on its GPU"
+    if dep.get("reused_from"):  # a reused cost points at the run that measured it
+        return dict(dep), f"as {src} did, from {dep['reused_from']['run_dir']}"
+    out = dict(dep)
+    out["reused_from"] = {
+        "run_dir": str(src),
+        "run_id": d.get("run_id"),
+        "why": "same model, method, precision, clip and deployment protocol on the same GPU "
+        "model and driver: inference runs the same kernels whatever the training's learning "
+        "rate, seed, epochs or checkpointing",
+    }
+    return out, f"measured by {src}"

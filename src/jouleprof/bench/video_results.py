@@ -9,7 +9,8 @@ their intervals (`scores.intervals`). Rerunnable on a copied run directory.
 Two sets of score inputs are kept:
 
 - ``deploy`` (the headline): t the latency of one synchronized inference pass, P the mean power
-  of the sustained inference loop, r its peak allocated memory: what the deployed model costs;
+  of the sustained inference loop, r its peak allocated memory: what the deployed model costs
+  (a deployment taken from another run, `reused_from`, keeps the figures that run costed);
 - ``validation_pass``: t the validation pass's seconds, P its mean power, r the peak allocated
   memory of training — the definition some earlier PEFT benchmarks used; it depends on the
   validation set's size, so it compares runs on one dataset only.
@@ -137,7 +138,10 @@ def finish_video_run(run_dir: str | Path) -> dict[str, Any]:
         _eval_block(video["test"], coster)
     dep = video.get("deployment")
     deploy_inputs: dict[str, Any] = {}
-    if dep:
+    if dep and dep.get("reused_from"):
+        # Measured (and costed) by the run it names: its window lies on that run's clock.
+        power = Figure.from_json(dep["power"])
+    elif dep:
         s = dep["sustained"]
         e = coster.energy(s["t0_s"], s["t1_s"])
         clips = s["passes"] * dep["batch"]
@@ -145,6 +149,7 @@ def finish_video_run(run_dir: str | Path) -> dict[str, Any]:
         dep["energy_per_clip"] = scaled(e, 1 / clips if clips else 0, "J", "per clip").to_json()
         power = scaled(e, 1 / s["time_s"] if s["time_s"] > 0 else 0, "W", "power")
         dep["power"] = power.to_json()
+    if dep:
         lat = Bounded(dep["latency_s_mean"], dep["latency_s_lo"], dep["latency_s_hi"])
         deploy_inputs = {
             "time_s": lat,

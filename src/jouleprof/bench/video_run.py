@@ -86,6 +86,10 @@ class VideoRunConfig:
     """Timed synchronized passes for the latency."""
     deploy_sustained_s: float = 10.0
     """Seconds of the sustained inference loop the energy per clip comes from."""
+    deploy_from: str | None = None
+    """A finished run whose deployment cost this run takes instead of measuring its own, where
+    it ran the same model, method, precision, clip and deployment settings on the same GPU
+    (`video_deploy.reusable_deployment`); measured here otherwise, with a note saying why."""
     gpus: tuple[int, ...] | None = None
     """GPUs to measure; None: the one the run trains on."""
     idle_s: float = 1.0
@@ -387,6 +391,20 @@ def _train_and_deploy(
     if cfg.test and data.test_loader is not None:
         video["test"] = _evaluate(torch, trainer, data.test_loader, spec, device, m)
     if cfg.deploy:
-        from jouleprof.bench.video_deploy import deployment_cost
+        video["deployment"] = _deployment(torch, trainer, cfg, spec, device, m)
 
-        video["deployment"] = deployment_cost(torch, trainer, cfg, spec, device, m)
+
+def _deployment(torch, trainer, cfg, spec, device, m) -> dict[str, Any]:
+    """The deployment cost: taken from `cfg.deploy_from` where that run's is reusable, else
+    measured here."""
+    from jouleprof.bench.video_deploy import deployment_cost, reusable_deployment
+
+    if cfg.deploy_from:
+        frames, size = trainer.cfg.clip
+        clip = {"frames": frames, "size": size}
+        dep, why = reusable_deployment(cfg.deploy_from, cfg.to_json(), clip, m.record.hardware)
+        if dep is not None:
+            m.record.notes.append(f"deployment cost not measured in this run: {why}")
+            return dep
+        m.record.notes.append(f"deployment cost measured in this run: --deploy-from: {why}")
+    return deployment_cost(torch, trainer, cfg, spec, device, m)

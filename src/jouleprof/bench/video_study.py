@@ -95,6 +95,10 @@ class VideoStudyConfig:
     """Testing aid: every cell measures a simulated GPU at this power."""
     cell_timeout_s: float = 1800.0
     """Kill a cell after this long."""
+    reuse_deployment: bool = True
+    """Measure the deployment cost once per model × method × precision: every later search or
+    confirmation cell of that configuration takes the first one's (`jouleprof run video
+    --deploy-from`; a cell measures its own where that one has none to give)."""
 
     def __post_init__(self) -> None:
         from jouleprof.workloads.video.adapt import METHODS, check_method
@@ -122,7 +126,10 @@ class VideoStudyConfig:
             raise ValueError("confirm_seeds must name at least one seed")
 
     def to_json(self) -> dict[str, Any]:
-        return json.loads(json.dumps(asdict(self)))
+        d = json.loads(json.dumps(asdict(self)))
+        if not d["reuse_deployment"]:
+            del d["reuse_deployment"]  # studies made before the setting resume with it off
+        return d
 
 
 EXTENDABLE = ("confirm_seeds",)
@@ -164,8 +171,23 @@ def _run_argv(cfg: VideoStudyConfig, **run: Any) -> tuple[str, ...]:
     return (*args, "--out", "{cell_dir}")
 
 
-def _cell(cfg: VideoStudyConfig, cell_id: str, stage: str, **run: Any):
+DeploySources = dict[tuple[str, str, str], str]
+"""Per (model, method, precision), the first cell that measures its deployment cost."""
+
+
+def _cell(
+    cfg: VideoStudyConfig, cell_id: str, stage: str, sources: DeploySources | None = None, **run
+):
+    """One cell; with `sources` (and `cfg.reuse_deployment`), a cell whose configuration an
+    earlier cell measures takes that cell's deployment cost, and a first one is recorded."""
     from jouleprof.bench.matrix import Cell
+
+    if sources is not None and cfg.reuse_deployment:
+        key = (run["model"], run["method"], run["precision"])
+        if key in sources:
+            run["deploy_from"] = "{cell_dir}/../" + sources[key]
+        else:
+            sources[key] = cell_id
 
     factors = {
         "stage": stage,
@@ -200,12 +222,13 @@ def smoke_cells(cfg: VideoStudyConfig) -> list:
     ]
 
 
-def lr_cells(cfg: VideoStudyConfig) -> list:
+def lr_cells(cfg: VideoStudyConfig, sources: DeploySources | None = None) -> list:
     return [
         _cell(
             cfg,
             f"lr-{m}-{meth}-{_lr_text(lr)}",
             "search-lr",
+            sources,
             model=m,
             method=meth,
             precision=cfg.base_precision,
@@ -255,7 +278,11 @@ def best_lr(study_dir: Path, cells: list) -> dict[tuple[str, str], float]:
     return {k: v[1] for k, v in best.items()}
 
 
-def ablation_cells(cfg: VideoStudyConfig, lrs: dict[tuple[str, str], float]) -> tuple[list, list]:
+def ablation_cells(
+    cfg: VideoStudyConfig,
+    lrs: dict[tuple[str, str], float],
+    sources: DeploySources | None = None,
+) -> tuple[list, list]:
     """Cells of the precision and checkpointing ablation, and the pairs left out (why)."""
     from jouleprof.workloads.video.precision import refusal
 
@@ -276,6 +303,7 @@ def ablation_cells(cfg: VideoStudyConfig, lrs: dict[tuple[str, str], float]) -> 
                     cfg,
                     f"abl-{m}-{meth}-{p}-ck{int(ck)}",
                     "search-ablation",
+                    sources,
                     model=m,
                     method=meth,
                     precision=p,
@@ -302,7 +330,9 @@ def best_by_ns(study_dir: Path, cells: list) -> dict[str, Any]:
     return {m: v[1] for m, v in best.items()}
 
 
-def confirm_cells(cfg: VideoStudyConfig, winners: dict[str, Any]) -> list:
+def confirm_cells(
+    cfg: VideoStudyConfig, winners: dict[str, Any], sources: DeploySources | None = None
+) -> list:
     out = []
     # Seeds outer, models inner: a confirmation cut short by its budget has every model's
     # first seed before any second one.
@@ -314,6 +344,7 @@ def confirm_cells(cfg: VideoStudyConfig, winners: dict[str, Any]) -> list:
                     cfg,
                     f"confirm-{m}-{f['method']}-{f['precision']}-ck{ck}-s{seed}",
                     "confirm",
+                    sources,
                     model=m,
                     method=f["method"],
                     precision=f["precision"],
@@ -445,17 +476,18 @@ def run_video_study(
     def existing(cells: list) -> list:
         return [c for c in cells if (out / "cells" / c.cell_id).is_dir()]
 
+    sources: DeploySources = {}  # filled in cell order: search-lr, ablation, confirmation
     smoke = smoke_cells(cfg)
     if asked("smoke"):
         run("smoke", smoke)
     else:
         keep_known(existing(smoke))
-    a = lr_cells(cfg)
+    a = lr_cells(cfg, sources)
     if asked("search-lr"):
         run("search-lr", a)
     else:
         keep_known(existing(a))
-    b, left_out = ablation_cells(cfg, best_lr(out, a))
+    b, left_out = ablation_cells(cfg, best_lr(out, a), sources)
     plan["left_out"] = left_out
     if asked("search-ablation"):
         run("search-ablation", b)
@@ -464,6 +496,6 @@ def run_video_study(
     if asked("confirm"):
         winners = best_by_ns(out, a + b)
         plan["winners"] = winners
-        run("confirm", confirm_cells(cfg, winners))
+        run("confirm", confirm_cells(cfg, winners, sources))
     (out / "plan.json").write_text(json.dumps(plan, indent=1, default=str) + "\n")
     return plan

@@ -46,6 +46,14 @@ def video_cmd(
     deploy_sustained_s: Annotated[
         float, typer.Option(help="Seconds of the sustained inference loop.")
     ] = 10.0,
+    deploy_from: Annotated[
+        str | None,
+        typer.Option(
+            help="A finished run of the same model, method, precision, clip and deployment "
+            "settings on the same GPU: take its deployment cost instead of measuring one "
+            "(measured here, with a note, where it is not such a run)."
+        ),
+    ] = None,
     idle_s: Annotated[float, typer.Option(help="Idle baseline, seconds.")] = 1.0,
     simulate_gpu_w: Annotated[
         float | None,
@@ -90,6 +98,7 @@ def video_cmd(
             synthetic_clips=clips,
             deploy=deploy,
             deploy_sustained_s=deploy_sustained_s,
+            deploy_from=deploy_from,
             idle_s=idle_s,
             simulate_gpu_w=simulate_gpu_w,
         )

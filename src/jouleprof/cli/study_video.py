@@ -66,6 +66,13 @@ def study_video_cmd(
     deploy_sustained_s: Annotated[
         float, typer.Option(help="Seconds of each cell's inference loop.")
     ] = 10.0,
+    reuse_deployment: Annotated[
+        bool,
+        typer.Option(
+            help="Measure the deployment cost once per model × method × precision; later "
+            "cells of it take the first one's."
+        ),
+    ] = True,
     idle_s: Annotated[float, typer.Option(help="Idle baseline per cell.")] = 1.0,
     simulate_gpu_w: Annotated[
         float | None, typer.Option(help="Testing aid: simulated GPU power.")
@@ -117,6 +124,7 @@ def study_video_cmd(
             max_steps_per_epoch=max_steps_per_epoch,
             num_workers=num_workers,
             deploy_sustained_s=deploy_sustained_s,
+            reuse_deployment=reuse_deployment,
             idle_s=idle_s,
             simulate_gpu_w=simulate_gpu_w,
             cell_timeout_s=cell_timeout_s,

@@ -42,6 +42,7 @@ COLUMNS = (
     "deploy_energy_per_clip_lo_j",
     "deploy_energy_per_clip_hi_j",
     "deploy_peak_mem_mib",
+    "deploy_measured_in",
     "ns_e",
     "ns_m",
     "ns_hash",
@@ -60,6 +61,14 @@ def _json(path: Path) -> dict[str, Any]:
         return d if isinstance(d, dict) else {}
     except (OSError, ValueError):
         return {}
+
+
+def _measured_in(cell_id: str, dep: dict[str, Any]) -> str | None:
+    """Where a cell's deployment cost was measured: itself, or the run it took it from."""
+    if not dep:
+        return None
+    src = dep.get("reused_from")
+    return Path(src["run_dir"]).name if src else cell_id
 
 
 def _fig(d: dict[str, Any] | None, key: str = "value") -> Any:
@@ -105,6 +114,7 @@ def cell_rows(study_dir: Path) -> list[dict[str, Any]]:
             "deploy_energy_per_clip_lo_j": _fig(dep.get("energy_per_clip"), "lo"),
             "deploy_energy_per_clip_hi_j": _fig(dep.get("energy_per_clip"), "hi"),
             "deploy_peak_mem_mib": (dep.get("peak_mem_allocated_bytes") or 0) / 2**20 or None,
+            "deploy_measured_in": _measured_in(cdir.name, dep),
             "ns_e": _fig(ns.get("ns_e")),
             "ns_m": _fig(ns.get("ns_m")),
             "ns_hash": nsh.get("value"),
