@@ -111,10 +111,9 @@ def test_every_gpu_counted_once_and_each_matches_its_own_counter(tmp_path):
     for k in range(n):
         d = json.loads((direct / f"direct{k}.json").read_text())
         (b,) = [b for b in boards if b["measured_by"] == k]
-        # jouleprof's window holds the direct one (it opens before and closes after), by at
-        # most the sampler's start and the measure's 0.3 s tail at idle-to-busy power
-        assert b["energy_j"] >= 0.97 * d["direct_j"], (k, b, d)
-        assert b["energy_j"] <= d["direct_j"] + 0.6 * 700.0, (k, b, d)
+        # jouleprof's work window holds the direct one by a few ms at each edge; a direct read
+        # may be up to one 100 ms refresh stale at either end: 0.2 s at ≤ 800 W either way
+        assert abs(b["energy_j"] - d["direct_j"]) <= 0.2 * 800.0, (k, b, d)
         assert (out1 / "ranks" / f"rank{k}" / "run.json").is_file()
     # the boards differ: rank k ran (k + 1) × 2 s of matmuls
     direct_j = [json.loads((direct / f"direct{k}.json").read_text())["direct_j"] for k in range(n)]
