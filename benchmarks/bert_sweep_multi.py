@@ -15,7 +15,8 @@ rest; one past --config-timeout-s is killed. Rerunning the same command resumes.
 
 --smoke runs tiny configurations on the CPU (gloo, each rank measuring a simulated 300 W GPU).
 --evaluate fits the factor on the rows of the named sweeps and judges it on rows it left out
-(`jouleprof.predict.train_multi_fit.evaluate`): EVAL/accuracy.json and accuracy.md.
+(`jouleprof.predict.train_multi_fit.evaluate`): EVAL/accuracy.json and accuracy.md, and
+EVAL/law_multi_gpu.json, the factor as `TrainLaw.multi_gpu` (for predict.train_laws.LAWS).
 """
 
 from __future__ import annotations
@@ -297,6 +298,7 @@ def _md(ev: dict) -> str:
 def evaluate(args) -> int:
     from jouleprof.predict.train_laws import get_law
     from jouleprof.predict.train_multi_fit import evaluate as judge
+    from jouleprof.predict.train_multi_fit import law_block
 
     missing = [str(d) for d in args.evaluate if not (d / "results.csv").is_file()]
     if missing:
@@ -309,11 +311,14 @@ def evaluate(args) -> int:
     if not rows:
         print("no complete several-GPU row to fit", file=sys.stderr)
         return 2
-    ev = judge(get_law("bert", "h200", "bf16"), rows)
+    law = get_law("bert", "h200", "bf16")
+    ev = judge(law, rows)
     ev["sweeps"] = [str(d) for d in args.evaluate]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "accuracy.json").write_text(json.dumps(ev, indent=1) + "\n")
+    # TrainLaw.multi_gpu: what predict.train_laws.LAWS ships once it is measured on GPUs
+    (out / "law_multi_gpu.json").write_text(json.dumps(law_block(law, rows), indent=1) + "\n")
     md = _md(ev)
     (out / "accuracy.md").write_text(md)
     print(md)

@@ -83,6 +83,8 @@ def test_smoke_sweep_on_two_ranks_writes_rows_resumes_and_evaluates(tmp_path):
     acc = json.loads((tmp_path / "eval" / "accuracy.json").read_text())
     assert set(acc["fit_all"]) <= {"ddp", "fsdp", "tp"} and acc["fit_all"]
     assert "leave one out, 2 GPUs" in (tmp_path / "eval" / "accuracy.md").read_text()
+    block = json.loads((tmp_path / "eval" / "law_multi_gpu.json").read_text())
+    assert set(block) == set(acc["fit_all"]) and all(b["gpus"] == [2] for b in block.values())
 
 
 def test_bad_input_is_one_line(tmp_path):

@@ -88,3 +88,34 @@ def test_bad_rows_are_refused():
     one = MultiRow("x", BertTrainConfig(strategy="ddp"), 1, 0.1, 10.0)
     with pytest.raises(ValueError, match="≥ 2 GPUs"):
         fit_strategy(LAW, [one])
+
+
+def test_a_law_carrying_the_fit_predicts_with_it_and_says_so():
+    from dataclasses import replace
+
+    from jouleprof.predict.train_multi import predict_config
+    from jouleprof.predict.train_multi_fit import law_block
+
+    rows = [r for r in _rows(gpus=(2, 4)) if r.strategy in ("ddp", "tp")]
+    block = law_block(LAW, rows)
+    assert set(block) == {"ddp", "tp"}
+    assert block["ddp"]["held_out_rows"] > 0 and block["ddp"]["rel_err_q90"] < 1e-6
+    law = replace(LAW, multi_gpu=block)
+    cfg = BertTrainConfig(layers=16, hidden=1024, heads=16, seq=256, batch=16, strategy="ddp")
+    o, beta = TRUE["ddp"]
+    from jouleprof.predict.train_multi_fit import StrategyFit
+
+    want_j, want_s = predict_fitted(LAW, StrategyFit("ddp", o, beta, (), ()), cfg, 4)
+    p = predict_config(law, cfg, 4, "ddp")
+    assert p["j_per_step"] == pytest.approx(want_j, rel=1e-6)
+    assert p["s_per_step"] == pytest.approx(want_s, rel=1e-6)
+    assert p["validated"] and any("fitted on" in n for n in p["notes"])
+    # 8 GPUs lie outside the counts fitted: predicted, but said to be extrapolated
+    p8 = predict_config(law, cfg, 8, "ddp")
+    assert not p8["validated"] and any("extrapolated" in n for n in p8["notes"])
+    # a strategy without a fit keeps the unfitted estimate and says it is not validated
+    pf = predict_config(law, replace(cfg, strategy="fsdp"), 2, "fsdp")
+    assert not pf["validated"] and any("not validated" in n for n in pf["notes"])
+    # the datasheet baseline of the evaluation is the unfitted estimate, even with a fit loaded
+    ev = evaluate(law, rows)
+    assert ev["leave_one_out_within_count"]["2"]["datasheet"]["mape_s_pct"] > 1

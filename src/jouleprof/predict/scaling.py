@@ -71,6 +71,10 @@ class TrainLaw:
     strategy_overhead: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Per strategy measured on one GPU (world size 1): time and energy ratios to strategy none
     at the same configuration (predict.train_multi)."""
+    multi_gpu: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Per strategy, the several-GPU factor fitted on measured rows (predict.train_multi_fit:
+    time_ratio, s_per_byte, the rows and GPU counts fitted, and the held-out errors); empty
+    until several GPUs were measured (predictions then say they are not validated)."""
     fitted_on: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:

@@ -21,7 +21,10 @@ Not modelled: TP narrows every GPU's matmuls (one of their dimensions becomes H/
 their operand traffic per FLOP; the share keeps the width term at the full H, so TP's time and
 energy are underestimated by that much.
 
-κ and B need measurements on several GPUs and are not fitted: the point estimate takes κ = 0 for
+Fitted: where the law holds a several-GPU factor for the strategy (`TrainLaw.multi_gpu`, from
+measured rows by predict.train_multi_fit), its time ratio and exposed seconds per byte replace
+o_s and κ/B, and its held-out errors set the interval. Unfitted otherwise: κ and B need
+measurements on several GPUs; the point estimate takes κ = 0 for
 DDP and FSDP (their collectives overlap the backward pass and the next layer's compute), κ = 1 for
 TP (its all-reduces sit on the critical path), B = the datasheet NVLink bandwidth; the interval
 covers κ ∈ [0, 1] and B down to half the datasheet figure.
@@ -134,14 +137,34 @@ def predict_config(
             f"no link bandwidth known for gpu {gpu!r}: known are {sorted(LINK_BYTES_S)}"
         )
     C = sh["comm_bytes"]
-    comm_s = KAPPA[strategy] * C / link if gpus > 1 else 0.0
+    fitted = law.multi_gpu.get(strategy) if gpus > 1 else None
+    if fitted:
+        o_s = fitted["time_ratio"]
+        comm_s = fitted["s_per_byte"] * C
+    else:
+        comm_s = KAPPA[strategy] * C / link if gpus > 1 else 0.0
     _, t, e_gpu = _step(law, cfg, sh, o_s, comm_s)
     e = gpus * e_gpu
     he, ht = law.rel_err_q90, law.t_rel_err_q90
     j_lo, j_hi = e * (1 - he), e * (1 + he)
     s_lo, s_hi = t * (1 - ht), t * (1 + ht)
     validated = gpus == 1 and strategy == "none"
-    if gpus > 1:
+    if fitted:
+        he = fitted.get("rel_err_q90") or he
+        ht = fitted.get("t_rel_err_q90") or ht
+        j_lo, j_hi = e * (1 - he), e * (1 + he)
+        s_lo, s_hi = t * (1 - ht), t * (1 + ht)
+        counts = fitted.get("gpus") or []
+        validated = gpus in counts and bool(fitted.get("held_out_rows"))
+        notes = [n for n in notes if "was not measured on one GPU" not in n]
+        notes.append(
+            f"{strategy} on {gpus} GPUs: the several-GPU factor fitted on "
+            f"{len(fitted.get('rows') or [])} measured rows at "
+            f"{'/'.join(map(str, counts))} GPUs (time ratio {o_s:.3f}, "
+            f"{fitted['s_per_byte'] * 1e12:.3g} ps exposed per byte)"
+            + ("" if gpus in counts else f"; {gpus} GPUs is outside them: extrapolated")
+        )
+    elif gpus > 1:
         # κ ∈ [0, 1], link bandwidth down to LINK_LOW_FRACTION of the datasheet
         _, t_fast, e_fast = _step(law, cfg, sh, o_s, 0.0)
         _, t_slow, e_slow = _step(law, cfg, sh, o_s, C / (link * LINK_LOW_FRACTION))

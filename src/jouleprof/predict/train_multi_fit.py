@@ -146,9 +146,11 @@ def _ideal(law: TrainLaw, row: MultiRow) -> tuple[float, float]:
 
 
 def _datasheet(law: TrainLaw, row: MultiRow) -> tuple[float, float]:
+    from dataclasses import replace
+
     from jouleprof.predict.train_multi import predict_config
 
-    p = predict_config(law, row.cfg, row.gpus, row.strategy)
+    p = predict_config(replace(law, multi_gpu={}), row.cfg, row.gpus, row.strategy)
     return p["j_per_step"], p["s_per_step"]
 
 
@@ -231,4 +233,27 @@ def evaluate(law: TrainLaw, rows: Sequence[MultiRow]) -> dict[str, Any]:
         key = f"{n}_from_{'+'.join(str(c) for c in counts if c < n)}"
         across[key] = _judge(law, [r for r in rows if r.gpus == n], from_smaller)
     out["larger_from_smaller"] = across
+    return out
+
+
+def law_block(law: TrainLaw, rows: Sequence[MultiRow]) -> dict[str, dict[str, Any]]:
+    """TrainLaw.multi_gpu from measured rows: per strategy the fit on every row, with the 90th
+    percentile of its leave-one-out errors (within each GPU count) as its intervals' half-width
+    (None where no row could be left out)."""
+    ev = evaluate(law, rows)
+    errs: dict[str, dict[str, list[float]]] = {}
+    for v in ev["leave_one_out_within_count"].values():
+        for r in v.get("rows", []):
+            e = errs.setdefault(r["strategy"], {"j": [], "s": []})
+            e["j"].append(abs(r["err_j_pct"]) / 100)
+            e["s"].append(abs(r["err_s_pct"]) / 100)
+    out = {}
+    for s, f in ev["fit_all"].items():
+        e = errs.get(s)
+        out[s] = {
+            **f,
+            "rel_err_q90": float(np.quantile(e["j"], 0.9)) if e else None,
+            "t_rel_err_q90": float(np.quantile(e["s"], 0.9)) if e else None,
+            "held_out_rows": len(e["j"]) if e else 0,
+        }
     return out
