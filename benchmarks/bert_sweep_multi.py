@@ -65,6 +65,13 @@ CONFIGS = (
 axis at a time (heads 16 so that tensor parallelism divides them over 2, 4 and 8 GPUs); each
 runs under every strategy before the next configuration starts, so a budget cut keeps whole
 configurations."""
+NO_MULTICAST = {
+    "NCCL_NVLS_ENABLE": "0",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+    "NVSHMEM_DISABLE_NVLS": "1",
+}
+"""NVLink multicast off (the lent multi-GPU hosts ask for it: a program using it can put a shared
+host's GPUs out of service); set unless the environment already says."""
 SMOKE_CONFIGS = (((2, 64, 4, 32, 4), "base"), ((2, 64, 4, 32, 8), "axis-batch"))
 
 
@@ -345,6 +352,8 @@ def main(argv: list[str] | None = None) -> int:
         print("--gpus must be ≥ 2 (one GPU: benchmarks/bert_sweep.py)", file=sys.stderr)
         return 2
     Path(args.out).mkdir(parents=True, exist_ok=True)
+    for k, v in NO_MULTICAST.items():
+        os.environ.setdefault(k, v)  # kept for every torchrun job and rank started from here
     if args.smoke:  # every rank measures its own simulated board, as on one GPU per rank
         os.environ.setdefault("OMP_NUM_THREADS", "1")
         os.environ.pop("CUDA_VISIBLE_DEVICES", None)

@@ -95,7 +95,14 @@ def test_every_gpu_counted_once_and_each_matches_its_own_counter(tmp_path):
         str(out2),
         str(direct),
     ]
-    env = {**os.environ, "NCCL_NVLS_ENABLE": "0"}  # NVLink multicast off (device KINDS.md)
+    # NVLink multicast off: the lent multi-GPU hosts ask for it (a program using it can put a
+    # shared host's GPUs out of service)
+    env = {
+        "NCCL_NVLS_ENABLE": "0",
+        "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+        "NVSHMEM_DISABLE_NVLS": "1",
+        **os.environ,
+    }
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=400, env=env)
     assert r.returncode == 0, r.stderr[-3000:]
     rec = json.loads((out1 / "run.json").read_text())
