@@ -240,3 +240,4 @@ def test_a_run_measures_its_own_deployment_where_deploy_from_is_unusable(tmp_pat
     assert "reused_from" not in dep and dep["sustained"]["passes"] > 0
     (why,) = [n for n in run["notes"] if n.startswith("deployment cost measured in this run")]
     assert "no-such-run" in why and "no readable run.json" in why
+    assert "deployment cost measured in this run" in r.output  # said on the terminal too

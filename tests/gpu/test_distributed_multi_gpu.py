@@ -4,8 +4,9 @@ against each GPU's energy counter read directly (skips with fewer than 2 GPUs).
 Each rank loads its GPU with matmuls (rank k for k+1 times as long, so the boards differ),
 all-reduces, and reads its own board's NVML counter itself at the edges of the measured body.
 The job's reduction must count every GPU once: its total is the sum of the per-board figures,
-each of which agrees with the direct counter delta of its rank; ranks report their own
-directories; in the profile every rank attributes its steps, the all-reduce a phase of its own."""
+each of which agrees with the direct counter delta of its rank; each rank records the all-reduce
+as communication; `jouleprof measure -- CMD` under torchrun counts every board once too; in
+the profile every rank attributes its steps, the all-reduce a phase of its own."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ _SCRIPT = textwrap.dedent("""
     import pynvml
     import jouleprof
     from jouleprof.measurement import measure
+    from jouleprof.distributed.comm import CommRecorder
     rank, local = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
     torch.cuda.set_device(local)
     dist.init_process_group("nccl", device_id=torch.device("cuda", local))
@@ -40,8 +42,11 @@ _SCRIPT = textwrap.dedent("""
                 b = a @ a
             torch.cuda.synchronize()
         t = torch.ones(1 << 24, device="cuda")
-        dist.all_reduce(t)
+        comm = CommRecorder()
+        with comm.patch():
+            dist.all_reduce(t)
         torch.cuda.synchronize()
+        comm.finish(m)
         time.sleep(0.3)  # the counter refreshes about every 100 ms: let it pass the work's end
         e1, t1 = pynvml.nvmlDeviceGetTotalEnergyConsumption(h), time.monotonic()
     with open(os.path.join(sys.argv[3], f"direct{rank}.json"), "w") as f:
@@ -121,10 +126,42 @@ def test_every_gpu_counted_once_and_each_matches_its_own_counter(tmp_path):
         # jouleprof's work window holds the direct one by a few ms at each edge; a direct read
         # may be up to one 100 ms refresh stale at either end: 0.2 s at ≤ 800 W either way
         assert abs(b["energy_j"] - d["direct_j"]) <= 0.2 * 800.0, (k, b, d)
-        assert (out1 / "ranks" / f"rank{k}" / "run.json").is_file()
+        rank_rec = json.loads((out1 / "ranks" / f"rank{k}" / "run.json").read_text())
+        # the all-reduce recorded as communication, apart from the matmuls
+        assert rank_rec["extra"]["comm"]["kinds"]["allreduce"]["calls"] >= 1
     # the boards differ: rank k ran (k + 1) × 2 s of matmuls
     direct_j = [json.loads((direct / f"direct{k}.json").read_text())["direct_j"] for k in range(n)]
     assert direct_j[-1] > 1.5 * direct_j[0]
+    # The CLI form: every rank runs `jouleprof measure -- CMD`, one board each, counted once.
+    out3 = tmp_path / "cli"
+    load = (  # each rank's command computes on its own board, as torchrun's LOCAL_RANK says
+        "import os, torch; torch.cuda.set_device(int(os.environ['LOCAL_RANK'])); "
+        "a = torch.randn(4096, 4096, device='cuda'); [a @ a for _ in range(400)]; "
+        "torch.cuda.synchronize()"
+    )
+    cli = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        str(n),
+        "--master-port",
+        str(29700 + (os.getpid() + 100) % 200),
+        "-m",
+        "jouleprof.cli.main",
+        "measure",
+        "--out",
+        str(out3),
+        "--",
+        sys.executable,
+        "-c",
+        load,
+    ]
+    r = subprocess.run(cli, capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    red3 = json.loads((out3 / "run.json").read_text())["extra"]["distributed"]
+    assert red3["gpus_used"] == n and not red3["shared_gpus"] and not red3["missing_ranks"]
+    assert not red3["gpus_idle"]  # every board computed
     for k in range(n):  # each rank attributes its own board's steps, in its own directory
         phases = (out2 / "ranks" / f"rank{k}" / "phases.csv").read_text()
         assert "allreduce" in phases and "forward" in phases and "simulated" not in phases

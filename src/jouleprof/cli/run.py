@@ -134,6 +134,9 @@ def video_cmd(
     ]
     shown = {k: rec.summary[k] for k in keys if k in rec.summary}
     out_console.print(summary_table(shown, f"{model} {method} {precision}: {rec.status.value}"))
+    for line in rec.notes:
+        if line.startswith("deployment cost"):  # where --deploy-from was or was not taken
+            note(line)
     if rec.extra.get("oom"):
         note("out of memory: recorded as a result (status oom in a study)")
     note(f"run directory: {path}")
