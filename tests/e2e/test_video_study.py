@@ -205,7 +205,7 @@ def test_summary_states_ties_inside_the_uncertainty():
 
 
 def test_a_run_measures_its_own_deployment_where_deploy_from_is_unusable(tmp_path):
-    r = jp_here(
+    r = jp(
         "run",
         "video",
         "--model",
@@ -234,10 +234,10 @@ def test_a_run_measures_its_own_deployment_where_deploy_from_is_unusable(tmp_pat
         "--out",
         str(tmp_path / "run"),
     )
-    assert r.exit_code == 0, r.output[-2000:]
+    assert r.returncode == 0, r.stderr[-2000:]
     run = json.loads((tmp_path / "run" / "run.json").read_text())
     dep = run["extra"]["video"]["deployment"]
     assert "reused_from" not in dep and dep["sustained"]["passes"] > 0
     (why,) = [n for n in run["notes"] if n.startswith("deployment cost measured in this run")]
     assert "no-such-run" in why and "no readable run.json" in why
-    assert "deployment cost measured in this run" in r.output  # said on the terminal too
+    assert "deployment cost measured in this run" in r.stderr  # said on the terminal too
