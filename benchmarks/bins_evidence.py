@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def evidence(run_dir: Path) -> dict:
     from jouleprof.attribution import attribute
-    from jouleprof.attribution.regression_choice import _n_blocks
+    from jouleprof.attribution.regression_choice import n_blocks
 
     res = attribute(run_dir, "regression").devices[0]
     choice = res.diagnostics.get("bins_choice") or {}
@@ -30,7 +30,7 @@ def evidence(run_dir: Path) -> dict:
     row = {"run": str(run_dir), "kept": bool(res.diagnostics.get("bins"))}
     if not rms:
         return {**row, "why": "no bins tried (no phase long enough to cut)"}
-    blocks = _n_blocks(res)
+    blocks = n_blocks(res)
     chi2 = blocks * (rms["whole"] ** 2 / rms["binned"] ** 2 - 1.0)
     return {
         **row,

@@ -356,7 +356,7 @@ def window_chi2(res) -> dict[str, float]:
     search = SimpleNamespace(
         rms=rms, best=tried[i], neighbours=[tried[j] for j in (i - 1, i + 1) if 0 <= j < len(tried)]
     )
-    return {f"{1e3 * w:.0f}": c for w, c in rc.window_support(search, rc._n_blocks(res)).items()}
+    return {f"{1e3 * w:.0f}": c for w, c in rc.window_support(search, rc.n_blocks(res)).items()}
 
 
 def _sim_truth(fine_dir: Path) -> dict | None:

@@ -100,7 +100,7 @@ def choose_model(fit: Fit, timeline: Timeline, cfg: RegressionConfig) -> DeviceA
             window = _search_buffer_window(point, cfg, res)
         cfg = window.cfg
         if WINDOW_FROM_RESIDUALS and window.neighbours:
-            chi2 = window_support(window, _n_blocks(res))
+            chi2 = window_support(window, n_blocks(res))
             sd = max(
                 abs(np.log(sc / window.best)) * _clear_weight(c) if c > WINDOW_CLEAR_CHI2 else 1.0
                 for sc, c in chi2.items()
@@ -320,14 +320,14 @@ def _search_buffer_window(fit: Fit, cfg: RegressionConfig, res: DeviceAttributio
     )
 
 
-def window_support(search, n_blocks: float) -> dict[float, float]:
-    """Per neighbouring scale, Δχ² of the buffer rows against the best scale: n_blocks ×
+def window_support(search, blocks: float) -> dict[float, float]:
+    """Per neighbouring scale, Δχ² of the buffer rows against the best scale: blocks ×
     (rms_nb² / rms_best² − 1), the residuals' excess in independent blocks of rows (a block is
     the bootstrap's: rows inside one are correlated). A quadratic profile puts the length's
     σ at Δ / √Δχ² for a neighbour Δ away, so that neighbour's move is worth 1/√Δχ² of it."""
     r0 = search.rms[search.best]
     return {
-        sc: max(n_blocks * (search.rms[sc] ** 2 / max(r0, 1e-9) ** 2 - 1.0), 0.0)
+        sc: max(blocks * (search.rms[sc] ** 2 / max(r0, 1e-9) ** 2 - 1.0), 0.0)
         for sc in search.neighbours
     }
 
@@ -342,7 +342,7 @@ def _clear_weight(chi2: float) -> float:
     return 1.0 if chi2 <= WINDOW_CLEAR_CHI2 else float(3.0 / np.sqrt(chi2))
 
 
-def _n_blocks(res: DeviceAttribution) -> float:
+def n_blocks(res: DeviceAttribution) -> float:
     """Independent blocks of rows in a fit: its analysed time over the bootstrap's block (the
     residuals' own correlation time where longer than `block_s`; a point fit records the block
     its bootstrap would use, so the window's choice and its widening count alike)."""
@@ -358,7 +358,7 @@ def _widen_by_buffer_window(chosen: DeviceAttribution, search: _WindowSearch) ->
     tried = sorted(rms)
     weight = {sc: 1.0 for sc in neighbours}
     if WINDOW_FROM_RESIDUALS:
-        chi2 = window_support(search, _n_blocks(chosen))
+        chi2 = window_support(search, n_blocks(chosen))
         weight = {sc: _clear_weight(c) for sc, c in chi2.items()}
     moved: dict[str, float] = {}
     for p in chosen.phases:
