@@ -22,6 +22,7 @@ EVAL/law_multi_gpu.json, the factor as `TrainLaw.multi_gpu` (for predict.train_l
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import gc
 import importlib.util
@@ -188,8 +189,54 @@ def worker(args) -> int:
     return 0
 
 
+def _stop_group(proc, grace_s: float) -> int:
+    """SIGTERM to the job's process group, SIGKILL to what is left after `grace_s`."""
+    import signal
+    import subprocess
+
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=grace_s)
+    with contextlib.suppress(ProcessLookupError):  # ranks that outlived it, or itself
+        os.killpg(proc.pid, signal.SIGKILL)
+    return proc.wait()
+
+
+def supervise_group(cmd: list[str], cur: Path, timeout_s: float, grace_s: float = 10.0) -> int:
+    """Run a torchrun job in its own process group; when one configuration runs past
+    `timeout_s` (`cur` unchanged that long), or on Ctrl-C, stop the whole group: torchrun and
+    every rank it started, which would otherwise hold their GPUs."""
+    import subprocess
+
+    proc = subprocess.Popen(cmd, start_new_session=True)
+    try:
+        while True:
+            try:
+                return proc.wait(timeout=1.0)
+            except subprocess.TimeoutExpired:
+                pass
+            try:
+                age = time.time() - cur.stat().st_mtime
+            except FileNotFoundError:
+                continue
+            if age > timeout_s:
+                print(
+                    f"configuration {cur.read_text().strip()} ran past {timeout_s:.0f} s: "
+                    "stopping the job",
+                    flush=True,
+                )
+                return _stop_group(proc, grace_s)
+    except KeyboardInterrupt:  # the job is in its own session: Ctrl-C reaches only this process
+        _stop_group(proc, grace_s)
+        raise
+
+
 def run(args, argv: list[str]) -> int:
     """Supervise torchrun jobs until every configuration has a row or the budget is spent."""
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        [str(ROOT / "src"), *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]]
+    )
     out = Path(args.out)
     t_start = time.time()
     deadline = t_start + args.budget_s
@@ -215,7 +262,7 @@ def run(args, argv: list[str]) -> int:
             "--deadline",
             repr(deadline),
         ]
-        rc = BS._supervise(cmd, out / "current.txt", args.config_timeout_s)
+        rc = supervise_group(cmd, out / "current.txt", args.config_timeout_s)
         cur = out / "current.txt"
         if not cur.exists():
             if rc != 0:
@@ -359,7 +406,11 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.pop("CUDA_VISIBLE_DEVICES", None)
     if args.worker:
         return worker(args)
-    return run(args, argv)
+    try:
+        return run(args, argv)
+    except KeyboardInterrupt:
+        print(f"interrupted: rows so far are in {args.out}/results.csv; rerun to resume")
+        return 130
 
 
 if __name__ == "__main__":

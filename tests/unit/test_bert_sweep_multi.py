@@ -92,3 +92,34 @@ def test_bad_input_is_one_line(tmp_path):
     assert r.returncode == 2 and "--gpus must be ≥ 2" in r.stderr
     r = _run("--evaluate", str(tmp_path / "none"), "--out", str(tmp_path / "e"))
     assert r.returncode == 2 and "no results.csv" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_hung_job_is_stopped_with_every_process_it_started(tmp_path):
+    """torchrun's ranks are its children: stopping torchrun alone would leave them holding
+    their GPUs, so the whole process group goes."""
+    import time
+
+    m = _module()
+    cur = tmp_path / "current.txt"
+    pids = tmp_path / "pids.txt"
+    child = "import time; time.sleep(600)"
+    job = (
+        "import subprocess, sys, time, pathlib; "
+        f"c = subprocess.Popen([sys.executable, '-c', {child!r}]); "
+        f"pathlib.Path({str(pids)!r}).write_text(str(c.pid)); "
+        f"pathlib.Path({str(cur)!r}).write_text('00-hang'); time.sleep(600)"
+    )
+    t0 = time.monotonic()
+    rc = m.supervise_group([sys.executable, "-c", job], cur, timeout_s=1.0, grace_s=2.0)
+    assert rc != 0 and time.monotonic() - t0 < 60
+    pid = int(pids.read_text())
+    for _ in range(50):  # gone, or a zombie waiting for init to reap it
+        try:
+            state = Path(f"/proc/{pid}/status").read_text()
+        except (FileNotFoundError, ProcessLookupError):
+            break
+        if "\nState:\tZ" in state:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail(f"the job's child {pid} outlived the stop")
