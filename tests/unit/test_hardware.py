@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -71,3 +72,32 @@ def test_git_record(tmp_path: Path) -> None:
     (tmp_path / "a.txt").write_text("2")
     assert git_record(tmp_path)["dirty"] is True
     assert_anonymous(git_record(tmp_path))
+
+
+def test_git_record_does_not_reread_a_copied_checkout(tmp_path: Path, monkeypatch) -> None:
+    """A checkout copied with its file times (new inodes and change times) reads clean without
+    git re-reading every tracked file at every run (trace2's refresh/sum_scan counts them)."""
+    if shutil.which("git") is None:
+        pytest.skip("git not installed")
+    src = tmp_path / "src"
+    src.mkdir()
+    git(src, "init", "-q", "-b", "trunk")
+    for i in range(30):
+        f = src / f"f{i}.txt"
+        f.write_text(str(i))
+        os.utime(f, (1.7e9, 1.7e9))  # older than the index: not "racily clean"
+    git(src, "add", ".")
+    git(src, "commit", "-q", "-m", "one")
+    copy = tmp_path / "copy"
+    shutil.copytree(src, copy, symlinks=True)  # copy2: file times kept, inodes new
+    trace = tmp_path / "trace.json"
+    monkeypatch.setenv("GIT_TRACE2_EVENT", str(trace))
+    record = git_record(copy)
+    assert record["dirty"] is False
+    text = trace.read_text() if trace.exists() else ""
+    if "refresh/sum_scan" not in text:
+        pytest.skip("this git writes no trace2 refresh statistics")
+    scans = [json.loads(line) for line in text.splitlines() if "refresh/sum_scan" in line]
+    assert all(int(e["value"]) == 0 for e in scans), scans
+    (copy / "f3.txt").write_text("33")  # an edit is still seen
+    assert git_record(copy)["dirty"] is True
