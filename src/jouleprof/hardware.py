@@ -9,11 +9,13 @@ recorded with its UUIDs replaced. A part that cannot be read is recorded as
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import logging
 import os
 import platform
 import socket
 import subprocess
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -312,3 +314,34 @@ def git_record(path: str | Path = ".") -> dict[str, Any]:
         "branch": branch.stdout.strip() if branch.returncode == 0 else None,
         "detached": branch.returncode != 0,
     }
+
+
+GIT_RECORD_ENV = "JOULEPROF_GIT_RECORD"
+"""A launcher (a study's executor, the probe) hands its git record to the processes it starts
+in the same checkout through this variable, so that each cell records the code it was launched
+from without asking git again (three git processes forked from a cell that may hold a model)."""
+
+
+def git_record_env(path: str | Path = ".") -> dict[str, str]:
+    """The environment entry that hands the git record of the checkout at `path` to processes
+    started there (`inherited_git_record` reads it)."""
+    rec = git_record(path)
+    rec["source"] = "recorded by the launching process at " + time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    return {GIT_RECORD_ENV: json.dumps({"path": str(Path(path).resolve()), "record": rec})}
+
+
+def inherited_git_record(
+    path: str | Path = ".", environ: Mapping[str, str] | None = None
+) -> dict[str, Any] | None:
+    """The git record a launcher handed down for the checkout at `path`, or None (none handed
+    down, unreadable, or for another checkout)."""
+    text = (os.environ if environ is None else environ).get(GIT_RECORD_ENV)
+    if not text:
+        return None
+    try:
+        d = json.loads(text)
+        if d["path"] != str(Path(path).resolve()):
+            return None
+        return dict(d["record"])
+    except (ValueError, KeyError, TypeError):
+        return None

@@ -128,9 +128,15 @@ class Measurement:
 
 
 def _machine_records(gpus: Sequence[int] | None) -> tuple[dict, dict, dict]:
-    from jouleprof.hardware import environment_record, git_record, hardware_record
+    from jouleprof.hardware import (
+        environment_record,
+        git_record,
+        hardware_record,
+        inherited_git_record,
+    )
 
-    return hardware_record(gpus), environment_record(), git_record(Path.cwd())
+    git = inherited_git_record(Path.cwd()) or git_record(Path.cwd())
+    return hardware_record(gpus), environment_record(), git
 
 
 def _simulated_gpu(power_w: float, clock: MonotonicClock):

@@ -101,3 +101,42 @@ def test_git_record_does_not_reread_a_copied_checkout(tmp_path: Path, monkeypatc
     assert all(int(e["value"]) == 0 for e in scans), scans
     (copy / "f3.txt").write_text("33")  # an edit is still seen
     assert git_record(copy)["dirty"] is True
+
+
+def test_a_launcher_hands_its_git_record_to_what_it_starts(tmp_path: Path, monkeypatch) -> None:
+    """A study's cells and a probe's workers record the git state their launcher read once,
+    for the same checkout only; a bad or foreign entry falls back to asking git."""
+    from jouleprof.hardware import GIT_RECORD_ENV, git_record_env, inherited_git_record
+
+    if shutil.which("git") is None:
+        pytest.skip("git not installed")
+    git(tmp_path, "init", "-q", "-b", "trunk")
+    (tmp_path / "a.txt").write_text("1")
+    git(tmp_path, "add", "a.txt")
+    git(tmp_path, "commit", "-q", "-m", "one")
+    env = git_record_env(tmp_path)
+    got = inherited_git_record(tmp_path, env)
+    assert got["revision"] == git_record(tmp_path)["revision"] and got["dirty"] is False
+    assert got["source"].startswith("recorded by the launching process")
+    assert inherited_git_record(tmp_path / "elsewhere", env) is None  # another checkout
+    assert inherited_git_record(tmp_path, {GIT_RECORD_ENV: "{not json"}) is None
+    assert inherited_git_record(tmp_path, {}) is None
+    # measure() in a process started with the entry records it, without running git
+    from jouleprof.measurement import _machine_records
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(GIT_RECORD_ENV, env[GIT_RECORD_ENV])
+    monkeypatch.setenv("PATH", "")  # no git to ask
+    assert _machine_records(())[2] == got
+
+
+def test_study_cells_get_the_launchers_git_record(tmp_path: Path, monkeypatch) -> None:
+    from jouleprof.bench.executors import cell_env
+    from jouleprof.bench.matrix import Plan
+    from jouleprof.hardware import GIT_RECORD_ENV
+
+    monkeypatch.chdir(tmp_path)
+    plan = Plan(tmp_path, [], False, None, None, lambda c, s: None)
+    env = cell_env([], plan.launch_env)
+    assert GIT_RECORD_ENV in env and env["CUDA_VISIBLE_DEVICES"] == ""
+    assert plan.launch_env is plan.launch_env  # taken once per call

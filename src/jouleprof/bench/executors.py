@@ -133,9 +133,11 @@ def torchrun_argv(argv: Sequence[str], nproc: int) -> list[str]:
     return [*run, f"--nproc-per-node={nproc}", *argv[1:]]
 
 
-def cell_env(gpus: Sequence[int] | None) -> dict[str, str]:
-    """The environment of a cell: this one, restricted to `gpus` (None: left as it is)."""
+def cell_env(gpus: Sequence[int] | None, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a cell: this one, restricted to `gpus` (None: left as it is), with
+    `extra` (e.g. the launcher's git record, `hardware.git_record_env`)."""
     env = os.environ.copy()
+    env.update(extra or {})
     if gpus is not None:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)
     return env
@@ -236,7 +238,11 @@ class LocalExecutor:
         t0 = time.monotonic()
         try:
             code = run_process(
-                argv, cdir, cell.timeout_s, cell_env(gpus if cell.gpus else []), server=server
+                argv,
+                cdir,
+                cell.timeout_s,
+                cell_env(gpus if cell.gpus else [], plan.launch_env),
+                server=server,
             )
         finally:
             self._give_server(server)

@@ -15,6 +15,7 @@ crash would be. A rerun moves an earlier attempt's directory to attempts/ rather
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -264,6 +265,14 @@ class Plan:
         for c in self.cells:
             self.statuses[c.cell_id], self.errors[c.cell_id] = cell_status(cell_dir(out, c.cell_id))
         self._queue = list(self.cells)
+
+    @functools.cached_property
+    def launch_env(self) -> dict[str, str]:
+        """Environment entries every cell of this call gets: the git record of the checkout the
+        study runs in, taken once (`hardware.git_record_env`)."""
+        from jouleprof.hardware import git_record_env
+
+        return git_record_env(Path.cwd())
 
     def stop(self) -> None:
         """Start no further cell (Ctrl-C, a dying worker)."""

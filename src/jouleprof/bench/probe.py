@@ -274,6 +274,7 @@ def run_probe(
     t0 = time.monotonic()
     cells_dir = out / "cells"
     server = None
+    launch_env: dict[str, str] | None = None
     try:
         while todo:
             if budget_s is not None and time.monotonic() - t0 >= budget_s:
@@ -287,7 +288,13 @@ def run_probe(
             deadline = (
                 None if budget_s is None else time.time() + budget_s - (time.monotonic() - t0)
             )
-            results, rest = _run_worker(batch, cells_dir, spec, python, deadline, server)
+            if launch_env is None:  # the checkout's git record, taken once for every worker
+                from jouleprof.hardware import git_record_env
+
+                launch_env = git_record_env(Path.cwd())
+            results, rest = _run_worker(
+                batch, cells_dir, spec, python, deadline, server, launch_env
+            )
             todo = rest + todo  # cells after a crash restart in a fresh worker
             for row in results:
                 append_row(csv_path, row)
@@ -302,9 +309,11 @@ def run_probe(
     return counts
 
 
-def _worker_env() -> dict[str, str]:
-    """A worker's environment: this one, with this package's source first on PYTHONPATH."""
+def _worker_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """A worker's environment: this one, with this package's source first on PYTHONPATH, and
+    `extra` (the probe's git record, taken once)."""
     env = dict(os.environ)
+    env.update(extra or {})
     src = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     return env
@@ -317,10 +326,11 @@ def _run_worker(
     python: str,
     deadline_unix: float | None = None,
     server=None,
+    launch_env: dict[str, str] | None = None,
 ) -> tuple[list[dict], list[ProbeCell]]:
     """Run `cells` in one worker (forked from `server`, a `cellserver.CellServer`, where given
-    and it accepts the command); (their rows, the cells to run again: those after a crash, or
-    not started because the budget ran out)."""
+    and it accepts the command), with `launch_env` in its environment; (their rows, the cells
+    to run again: those after a crash, or not started because the budget ran out)."""
     cells_dir.mkdir(parents=True, exist_ok=True)
     items = []
     for c in cells:
@@ -336,7 +346,7 @@ def _run_worker(
     argv = [python, "-m", "jouleprof.bench.probe_cell", str(job)]
     timeout_s = spec.cell_timeout_s * len(cells)
     t = time.monotonic()
-    rc, why = _run_argv(argv, log_path, _worker_env(), timeout_s, server)
+    rc, why = _run_argv(argv, log_path, _worker_env(launch_env), timeout_s, server)
     rows, rest = [], []
     for i, (c, it) in enumerate(zip(cells, items, strict=True)):
         res = Path(it["dir"]) / RESULT_JSON
