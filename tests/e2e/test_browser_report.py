@@ -295,3 +295,35 @@ def test_study_and_compare_pages_in_a_browser(browser, run_dir, tmp_path):
             assert value == want[key]["value"], key
     # Simulated against measured is flagged, never marked as a difference.
     assert "sources differ" in browser.js("document.getElementById('figures').textContent")
+
+
+VIDEO_STUDY = Path(__file__).resolve().parents[2] / "benchmarks/results/video_study/h200_compact"
+
+
+@pytest.mark.skipif(not VIDEO_STUDY.is_dir(), reason="the committed H200 video study is absent")
+def test_video_study_page_leads_with_the_best_configuration_by_ns(browser, tmp_path):
+    """A video study's page (the committed H200 compact study): its answer names each model's
+    best run by NS# as `jouleprof summarize` does, with run.json's NS#, and every figure loads."""
+    from jouleprof.report import write_study_report
+    from jouleprof.report.video_summary import _config, best_per_model, cell_rows
+
+    study = tmp_path / "study"
+    shutil.copytree(VIDEO_STUDY, study)
+    browser.open(write_study_report(study))
+    assert browser.errors() == []
+    assert browser.js("document.querySelector('section').id") == "answer"
+    said = browser.js(
+        "Array.from(document.querySelectorAll('#answer-sentences li')).map(e => e.textContent)"
+    )
+    best = best_per_model(cell_rows(study))
+    assert len(said) == len(best) == 2
+    for b, s in zip(best, said, strict=True):
+        run = json.loads((study / "cells" / b["best"]["cell_id"] / "run.json").read_text())
+        ns = run["extra"]["video"]["scores"]["deploy"]["ns_hash"]["value"]
+        assert s.startswith(b["model"]) and _config(b["best"]) in s and f"{ns:.2f}" in s
+    answer = browser.js("document.querySelector('#answer table').textContent")
+    assert all(f"{b['best']['ns_hash']:.2f}" in answer for b in best)
+    images = browser.js("Array.from(document.images).map(i => i.complete && i.naturalWidth > 0)")
+    assert len(images) == 2 and all(images)
+    assert "seeds" in browser.js("document.getElementById('confirmation').textContent")
+    assert "lora" in browser.js("document.getElementById('peft').textContent")

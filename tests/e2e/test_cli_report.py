@@ -130,3 +130,31 @@ def test_bad_directories_fail_clearly(tmp_path):
     assert missing.returncode != 0 and "does not exist" in missing.stderr
     assert plain.returncode != 0 and "neither a run directory" in plain.stderr
     assert file.returncode != 0 and "not a directory" in file.stderr
+
+
+def test_video_study_report_answers_by_ns(tmp_path):
+    """`jouleprof report` on a video study (the committed H200 compact study): the answer table
+    is each model's best run by NS#, as `jouleprof summarize` picks it."""
+    import shutil
+
+    import pytest
+
+    from jouleprof.report.video_summary import best_per_model, cell_rows
+
+    src = Path(__file__).resolve().parents[2] / "benchmarks/results/video_study/h200_compact"
+    if not src.is_dir():
+        pytest.skip("the committed H200 video study is absent")
+    study = tmp_path / "study"
+    shutil.copytree(src, study)
+    r = run("report", str(study), "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert [s.split(":")[0] for s in doc["sentences"]] == ["swin3d-b", "videomae-b"]
+    answer = pd.read_csv(study / "report" / "answer.csv")
+    best = {b["model"]: b["best"] for b in best_per_model(cell_rows(study))}
+    assert set(answer["model"]) == set(best)
+    for row in answer.itertuples():
+        assert row.ns_hash == pytest.approx(best[row.model]["ns_hash"])
+        assert row.ranked_by == "NS#"
+    assert (study / "report" / "ns_hash.png").is_file()
+    assert (study / "report" / "peft_savings.csv").is_file()

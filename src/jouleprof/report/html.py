@@ -213,6 +213,10 @@ def build_report(path: str | os.PathLike[str]) -> Report:
     kind = detect(path)
     if kind == "run":
         return build_run_report(Path(path))
+    from jouleprof.report import video_study
+
+    if video_study.is_video_study(Path(path)):
+        return video_study.build(Path(path))
     if _is_batch_mode_study(Path(path)):
         return build_study_report(Path(path))
     from jouleprof.report import matrix_study
