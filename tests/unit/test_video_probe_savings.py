@@ -1,4 +1,5 @@
-"""benchmarks/video_probe_savings.py: each method against full fine-tuning of the same cell
+"""What PEFT saves from a probe table (jouleprof.report.probe_savings, and the benchmark script
+and `jouleprof summarize` that write it): each method against full fine-tuning of the same cell
 coordinates, energy ratios bounded by both cells' bounds; the committed H200 table rebuilds."""
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ def _row(method, mem, s, j, lo, hi, status="ok", model="m", ck="off"):
 
 
 def test_ratios_against_full_with_combined_bounds(load_benchmark):
-    sv = load_benchmark("video_probe_savings")
+    from jouleprof.report import probe_savings as sv
+
     rows = [
         _row("full", 1000, 0.2, 40, 38, 42),
         _row("lora", 800, 0.1, 30, 29, 31),
@@ -50,7 +52,8 @@ def test_ratios_against_full_with_combined_bounds(load_benchmark):
 def test_repeat_spread_from_pairs_and_the_widened_ratio(load_benchmark):
     import math
 
-    sv = load_benchmark("video_probe_savings")
+    from jouleprof.report import probe_savings as sv
+
     first = [_row("full", 1000, 0.2, 40, 38, 42), _row("lora", 800, 0.1, 30, 29, 31)]
     again = [
         _row("full", 1000, 0.2 * math.e**0.1, 40 * math.e**0.2, 0, 0),
@@ -75,7 +78,8 @@ def test_repeat_spread_from_pairs_and_the_widened_ratio(load_benchmark):
 def test_ratio_spread_cancels_what_moves_both_cells_alike(load_benchmark):
     import math
 
-    sv = load_benchmark("video_probe_savings")
+    from jouleprof.report import probe_savings as sv
+
     # 25 coordinates; in the second table every cell of a coordinate is 30 % slower and dearer
     # (one session's pace), and lora's ratio moves by exp(+-0.05) on top.
     first, again = [], []
@@ -131,3 +135,30 @@ def test_the_committed_h200_savings_rebuild(load_benchmark, tmp_path, probe, rep
         # the repeat file's path is printed as given
         rebuilt = rebuilt.replace(str(rep), f"{base}/{repeat}/probe.csv")
         assert rebuilt == committed
+
+
+def test_summarize_writes_the_savings_of_a_probe_directory(tmp_path):
+    import csv
+
+    from typer.testing import CliRunner
+
+    from jouleprof.cli.main import app
+
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    rows = [_row("full", 1000, 0.2, 40, 38, 42), _row("lora", 800, 0.1, 30, 29, 31)]
+    with (probe / "probe.csv").open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    r = CliRunner().invoke(app, ["summarize", str(probe)])
+    assert r.exit_code == 0, r.output
+    md = (probe / "probe_savings.md").read_text()
+    assert "| m | lora |" in md and "-20 %" in md  # 800 MiB against full's 1000
+    with (probe / "probe_savings.csv").open() as f:
+        lora = next(x for x in csv.DictReader(f) if x["method"] == "lora")
+    assert float(lora["j_vs_full"]) == pytest.approx(30 / 40)
+    bad = CliRunner().invoke(app, ["summarize", str(probe), "--repeat", str(tmp_path / "no")])
+    assert bad.exit_code == 2
+    other = CliRunner().invoke(app, ["summarize", str(tmp_path)])  # neither study nor probe
+    assert other.exit_code == 2
