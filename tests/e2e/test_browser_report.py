@@ -327,3 +327,32 @@ def test_video_study_page_leads_with_the_best_configuration_by_ns(browser, tmp_p
     assert len(images) == 2 and all(images)
     assert "seeds" in browser.js("document.getElementById('confirmation').textContent")
     assert "lora" in browser.js("document.getElementById('peft').textContent")
+
+
+PROBE = Path(__file__).resolve().parents[2] / "benchmarks/results/video_probe/probe_shared"
+
+
+@pytest.mark.skipif(not PROBE.is_dir(), reason="the committed H200 probe is absent")
+def test_probe_page_shows_what_fits_and_what_each_method_saves(browser, tmp_path):
+    """A probe's page (the committed H200 probe.csv): the counts of probe.csv, both figures
+    loaded, and each method's J/step ratio to full fine-tuning as probe_savings computes it."""
+    import csv
+
+    from jouleprof.report import write_study_report
+
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    shutil.copy(PROBE / "probe.csv", probe / "probe.csv")
+    with (probe / "probe.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    browser.open(write_study_report(probe))
+    assert browser.errors() == []
+    assert browser.js("document.querySelector('section').id") == "answer"
+    first = browser.js("document.querySelector('#answer-sentences li').textContent")
+    ok = sum(r["status"] == "ok" for r in rows)
+    refused = sum(r["status"] == "refused" for r in rows)
+    assert first.startswith(f"{len(rows)} cells: {ok} trained") and f"{refused} refused" in first
+    images = browser.js("Array.from(document.images).map(i => i.complete && i.naturalWidth > 0)")
+    assert len(images) == 2 and all(images)
+    peft = browser.js("document.getElementById('peft').textContent")
+    assert "qlora" in peft and "bitfit" in peft

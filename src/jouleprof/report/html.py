@@ -191,7 +191,8 @@ def guarded(name: str, title: str, fn: Any, *args: Any, **kw: Any) -> Plot:
 
 
 def detect(path: str | os.PathLike[str]) -> str:
-    """'run' (run.json) or 'study' (study.json or runs.csv); RunDirError for anything else."""
+    """'run' (run.json), 'study' (study.json or runs.csv) or 'probe' (probe.csv); RunDirError
+    for anything else."""
     p = Path(path)
     if not p.exists():
         raise RunDirError(f"{p} does not exist: give a run directory or a study directory")
@@ -201,10 +202,12 @@ def detect(path: str | os.PathLike[str]) -> str:
         return "study"
     if (p / "run.json").is_file():
         return "run"
+    if (p / "probe.csv").is_file():
+        return "probe"
     raise RunDirError(
         f"{p} is neither a run directory (no run.json) nor a study directory (no study.json or "
-        "runs.csv): point `jouleprof report` at what `jouleprof profile/measure` or "
-        "`jouleprof study` wrote"
+        "runs.csv) nor a probe (no probe.csv): point `jouleprof report` at what `jouleprof "
+        "profile/measure`, `jouleprof study` or `jouleprof probe` wrote"
     )
 
 
@@ -213,6 +216,10 @@ def build_report(path: str | os.PathLike[str]) -> Report:
     kind = detect(path)
     if kind == "run":
         return build_run_report(Path(path))
+    if kind == "probe":
+        from jouleprof.report import probe_report
+
+        return probe_report.build(Path(path))
     from jouleprof.report import video_study
 
     if video_study.is_video_study(Path(path)):
