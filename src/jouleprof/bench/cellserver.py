@@ -54,11 +54,13 @@ VIDEO_PRELOAD: tuple[str, ...] = (
     "jouleprof.workloads.video.step",
     "jouleprof.attribution",
     "jouleprof.timeline.windows",
+    "pandas",
 )
 """What a `jouleprof run video` cell (or a probe worker) imports from its start to its run
 directory's last figure: the frameworks before its first step, the attribution and window
-costing after its measurement (1.9 s of imports on a 2-core CPU). hiera and bitsandbytes are left
-to the cells that use them."""
+costing after its measurement (1.9 s of imports on a 2-core CPU), and pandas, which reads the
+samples back when the measurement closes (0.2–0.34 s more a cell on the 2-core CPU, imported
+after torch). hiera and bitsandbytes are left to the cells that use them."""
 
 
 # -- the server ----------------------------------------------------------------------------
