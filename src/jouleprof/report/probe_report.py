@@ -9,7 +9,6 @@ It is built from probe.csv alone.
 from __future__ import annotations
 
 import csv
-import math
 from pathlib import Path
 from typing import Any
 
@@ -160,10 +159,9 @@ def ratio_plot(table: list[dict[str, Any]], out_dir: Path) -> Plot:
     )
 
 
-def _fmt(v: Any) -> Any:
-    if v is None or v == "" or (isinstance(v, float) and math.isnan(v)):
-        return ""
-    return v
+def _shown(df: pd.DataFrame) -> pd.DataFrame:
+    """The table as shown: blanks for missing values."""
+    return df.astype(object).where(df.notna(), "")
 
 
 def build(probe_dir: Path):
@@ -205,12 +203,12 @@ def build(probe_dir: Path):
                 "Each method against full fine-tuning (same model, precision, batch, "
                 "checkpointing)",
                 saving,
-                saving[keep].astype(object).map(_fmt) if len(saving) else saving,
+                _shown(saving[keep]) if len(saving) else saving,
                 note="Ratios of J/step carry the bounds of both cells' counter brackets; "
                 "`jouleprof summarize DIR --repeat OTHER/probe.csv` adds the spread between "
                 "processes.",
             ),
-            Table("probe", "Every cell (probe.csv)", cells, cells.astype(object).map(_fmt)),
+            Table("probe", "Every cell (probe.csv)", cells, _shown(cells)),
         )
     ]
     report = Report("study", probe_dir, plots=plots, tables=tables, sentences=said)
