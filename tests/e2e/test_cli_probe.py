@@ -100,6 +100,10 @@ def test_probe_writes_rows_refuses_pairs_and_resumes(tmp_path):
     # each ok cell left a readable run directory
     cell = out / "cells" / "swin3d-b_lora_fp32_nockpt_b2"
     assert json.loads((cell / "run.json").read_text())["status"] == "complete"
+    # and says where its wall time went, in order, from its start to its end
+    marks = json.loads((cell / "result.json").read_text())["marks_s"]
+    order = ["measure_open", "built", "warm", "window_end", "measure_closed", "energy", "end"]
+    assert list(marks) == order and [marks[k] for k in order] == sorted(marks.values())
     # rerun: every row is already there, nothing runs again
     r2 = run_here(*args)
     assert r2.exit_code == 0, r2.output

@@ -7,6 +7,9 @@ inside `jouleprof.measure` (the energy counter read at every refresh). Its resul
 the probe row: seconds per step from the synchronized segment, joules per step from the
 counter's window over the segment with its bounds, and the peak allocated memory. An
 out-of-memory error is a result (status oom); any other error is recorded with its message.
+`marks_s` in result.json says when (seconds from the cell's start) the measurement opened, the
+model was ready, the warm-up ended, the window ended, the measurement closed, the window's
+energy was read and the cell ended: where its wall time outside the window goes.
 
 Cells that differ only in batch size can share one built model (`share_builds` in the job's
 options): the worker keeps a cell's trainer for the next cell of the same model, method,
@@ -146,6 +149,11 @@ def run_cell(
     from jouleprof.workloads.video.step import TrainerConfig, VideoTrainer
 
     t_start = time.perf_counter()
+    marks: dict[str, float] = {}  # where the cell's wall time outside its window goes
+
+    def mark(name: str) -> None:
+        marks[name] = round(time.perf_counter() - t_start, 4)
+
     row: dict[str, Any] = {"status": "error"}
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     trainer = None
@@ -177,6 +185,7 @@ def run_cell(
         with measure(
             cell_dir, mcfg, run_config={"probe_cell": asdict(cell), "trainer": cfg.to_json()}
         ) as m:
+            mark("measure_open")
             b0 = time.perf_counter()
             if reused is not None:
                 trainer, reused = reused, None
@@ -195,9 +204,11 @@ def run_cell(
             if device.type == "cuda":
                 torch.cuda.synchronize()
                 torch.cuda.reset_peak_memory_stats(device)
+            mark("built")
             for _ in range(opts["warmup_steps"]):
                 trainer.train_step(x, y)
             _sync(torch, device)
+            mark("warm")
             if m.sampler.devices:
                 m.sampler.densify(EDGE_DENSE_S, read_now=True)
             t0_s = m.clock.now_s()
@@ -212,12 +223,14 @@ def run_cell(
                     break
             _sync(torch, device)
             t1_s = m.clock.now_s()
+            mark("window_end")
             if m.sampler.devices:
                 m.sampler.densify(EDGE_DENSE_S, read_now=True)
             m.record.extra["probe_segment"] = {"t0_s": t0_s, "t1_s": t1_s, "steps": n}
             m.record.extra["workload_facts"] = trainer.facts()
             peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
             m.record.extra["peak_mem_allocated_bytes"] = peak
+        mark("measure_closed")
         row.update(
             status="ok",
             s_per_step=(t1_s - t0_s) / n,
@@ -226,6 +239,7 @@ def run_cell(
             peak_mem_mib=None if peak is None else peak / 2**20,
         )
         row.update(_window_energy(cell_dir, t0_s, t1_s, n))
+        mark("energy")
         if peak is None:
             row["energy_note"] = row.get("energy_note", "") + "; peak memory: no CUDA device"
     except Exception as e:
@@ -246,6 +260,8 @@ def run_cell(
         if device.type == "cuda":
             torch.cuda.empty_cache()
     row["cell_wall_s"] = time.perf_counter() - t_start
+    mark("end")
+    row["marks_s"] = marks
     out = {**asdict(cell), **row}
     cell_dir.mkdir(parents=True, exist_ok=True)
     (cell_dir / RESULT_JSON).write_text(json.dumps(out, indent=1, default=str))
