@@ -30,8 +30,10 @@ _SCRIPT = textwrap.dedent("""
     torch.cuda.set_device(local)
     dist.init_process_group("nccl", device_id=torch.device("cuda", local))
     pynvml.nvmlInit()
-    bus = torch.cuda.get_device_properties(local).pci_bus_id
-    h = pynvml.nvmlDeviceGetHandleByPciBusId(bus)
+    # CUDA_DEVICE_ORDER=PCI_BUS_ID (set by the test): CUDA's index is NVML's, through any
+    # CUDA_VISIBLE_DEVICES list of indices
+    cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
+    h = pynvml.nvmlDeviceGetHandleByIndex(int(cvd.split(",")[local]) if cvd else local)
     a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
     with measure(sys.argv[1], idle_s=0.0, rapl=False, interval_s=0.02) as m:
         torch.cuda.synchronize()
@@ -50,7 +52,7 @@ _SCRIPT = textwrap.dedent("""
         time.sleep(0.3)  # the counter refreshes about every 100 ms: let it pass the work's end
         e1, t1 = pynvml.nvmlDeviceGetTotalEnergyConsumption(h), time.monotonic()
     with open(os.path.join(sys.argv[3], f"direct{rank}.json"), "w") as f:
-        json.dump({"rank": rank, "bus": bus, "direct_j": (e1 - e0) / 1e3, "s": t1 - t0}, f)
+        json.dump({"rank": rank, "direct_j": (e1 - e0) / 1e3, "s": t1 - t0}, f)
     dist.barrier()
     lin = torch.nn.Linear(4096, 4096, device="cuda")
     opt = torch.optim.SGD(lin.parameters(), lr=1e-3)
@@ -107,6 +109,7 @@ def test_every_gpu_counted_once_and_each_matches_its_own_counter(tmp_path):
         "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
         "NVSHMEM_DISABLE_NVLS": "1",
         **os.environ,
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",  # the rank script reads NVML by CUDA's index
     }
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=400, env=env)
     assert r.returncode == 0, r.stderr[-3000:]
