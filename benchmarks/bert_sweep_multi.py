@@ -403,7 +403,7 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.setdefault(k, v)  # kept for every torchrun job and rank started from here
     if args.smoke:  # every rank measures its own simulated board, as on one GPU per rank
         os.environ.setdefault("OMP_NUM_THREADS", "1")
-        os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""  # on the CPU even where a GPU is present
     if args.worker:
         return worker(args)
     try:
