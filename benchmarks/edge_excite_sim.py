@@ -178,6 +178,17 @@ SETTINGS = {
 }
 """Excitation per setting, a function of the fine run's seconds (None: none)."""
 
+REPEATS: dict[str, tuple[tuple[str, ...], float]] = {
+    "repeat_copy10": (("copy",), 0.10),
+    "repeat_copy30": (("copy",), 0.30),
+    "repeat_gemm30": (("gemm",), 0.30),
+    "repeat_copy_gemm30": (("copy", "gemm"), 0.30),
+    "repeat_all30": (("gemm", "copy", "spin", "tiny", "forward", "backward", "optimizer"), 0.30),
+}
+"""Phase repetition as excitation (the issue's other kind: phases repeated where they are
+replayable): in `fraction` of the steps in the first 75 % of the run, each named phase runs
+twice back to back, each run its own span of that phase. Settings beside SETTINGS."""
+
 
 class Driver:
     """A power schedule (1 ms pieces inside phases) and a manual clock a PhaseRecorder records
@@ -197,7 +208,12 @@ class Driver:
         self.last_load_w = loop.idle_w
         self.drift = 0.0
         self.truth: dict[str, list[float]] = {}
+        self.truth_by_step: list[dict[str, float]] = []
+        """Per recorded step (where the loop opens one: `new_step`), each phase's energy."""
         self.idle(1.0)
+
+    def new_step(self) -> None:
+        self.truth_by_step.append({})
 
     def _put(self, d: float, w: float) -> float:
         """Append `d` s at `w` W (with the drift and 1 ms noise); returns the energy."""
@@ -262,6 +278,9 @@ class Driver:
         self.clock.advance_s(d)
         if record:
             self.truth.setdefault(ph.name, []).append(e)
+            if self.truth_by_step:
+                step = self.truth_by_step[-1]
+                step[ph.name] = step.get(ph.name, 0.0) + e
 
     def energy_until(self, t: np.ndarray) -> np.ndarray:
         """Energy from the start to each `t` (idle power beyond the schedule's ends)."""
@@ -307,9 +326,34 @@ def _sample(drv: Driver, rd, seed: int, window_s: float) -> None:
     buf.to_csv(rd.path / "power_buffer.csv", index=False)
 
 
+def record_repeat_steps(loop: Loop, drv: Driver, recorder, fine_s: float,
+                        repeat: tuple[tuple[str, ...], float], seed: int) -> int:  # fmt: skip
+    """`fine_s` seconds of the loop's steps; in a share of those in the first 75 % (REPEATS),
+    each named phase twice back to back. Returns how many steps repeated a phase."""
+    names, fraction = repeat
+    rng = np.random.default_rng([seed, 77])
+    t_start = drv.clock.now_s()
+    t_end = t_start + fine_s
+    n = 0
+    while drv.clock.now_s() < t_end:
+        twice = drv.clock.now_s() < t_start + 0.75 * fine_s and rng.random() < fraction
+        n += twice
+        drv.new_step()
+        with recorder.step():
+            for ph in loop.phases:
+                for _ in range(2 if twice and ph.name in names else 1):
+                    with recorder.phase(ph.name):
+                        drv.run(ph)
+        if loop.between_ms:
+            drv.idle(1e-3 * loop.between_ms)
+    recorder.close()
+    return n
+
+
 def write_fine(loop: Loop, path: Path, fine_s: float, misfit: Misfit, seed: int = 0,
-               excite=None, window_s: float = 0.060) -> dict:  # fmt: skip
-    """The measured run: `fine_s` seconds of steps recorded by a PhaseRecorder."""
+               excite=None, window_s: float = 0.060, repeat=None) -> dict:  # fmt: skip
+    """The measured run: `fine_s` seconds of steps recorded by a PhaseRecorder (with `repeat`,
+    a REPEATS entry, some phases run twice in some steps)."""
     from jouleprof.store.rundir import RunDir
     from jouleprof.timeline.recorder import PhaseRecorder
     from jouleprof.types import RunRecord, RunStatus
@@ -320,9 +364,18 @@ def write_fine(loop: Loop, path: Path, fine_s: float, misfit: Misfit, seed: int 
     rec = RunRecord(run_id=f"edge-sim-{path.parent.name}", kind="edge_excite_sim", extra=extra)
     rd = RunDir.create(path, rec)
     recorder = PhaseRecorder(drv.clock, rd.span_writer(), device="cpu", excite=excite, record=rec)
-    record_steps(loop, drv, recorder, fine_s)
+    if repeat is None:
+        record_steps(loop, drv, recorder, fine_s)
+    else:
+        rec.extra["repeat"] = {
+            "phases": list(repeat[0]),
+            "fraction": repeat[1],
+            "steps_repeated": record_repeat_steps(loop, drv, recorder, fine_s, repeat, seed),
+        }
     _sample(drv, rd, seed, window_s)
     rec.extra["simulated_truth_j"] = {k: [float(x) for x in v] for k, v in drv.truth.items()}
+    if drv.truth_by_step:
+        rec.extra["simulated_truth_by_step_j"] = drv.truth_by_step
     rec.status = RunStatus.COMPLETE
     rd.write_record(rec)
     return rec.extra
@@ -390,6 +443,28 @@ def paired_chi2(got: dict, model: tuple[bool, bool], best_s: float, block_s: flo
     return out
 
 
+def repeat_cost(spans, by_step: list[dict[str, float]]) -> dict:
+    """What repeating phases cost the run: the second runs' time over the run's (from the
+    spans), their energy over the run's phases' (from the simulated truth, each run of a phase
+    in a step taken as costing alike)."""
+    d = spans.assign(dur=spans["t1_s"] - spans["t0_s"])
+    n = d.groupby(["step", "phase"])["dur"].transform("size")
+    first = d.groupby(["step", "phase"]).cumcount() == 0
+    extra_s = float(d.loc[~first, "dur"].sum())
+    total_s = float(d["t1_s"].max() - d["t0_s"].min())
+    counts = d.assign(n=n).groupby(["step", "phase"])["n"].first()
+    extra_j = total_j = 0.0
+    for i, step in enumerate(by_step):
+        for ph, e in step.items():
+            k = int(counts.get((i, ph), 1))
+            total_j += e
+            extra_j += e * (k - 1) / k
+    return {
+        "run_time_overhead_pct": 100 * extra_s / total_s if total_s else None,
+        "run_energy_overhead_pct": 100 * extra_j / total_j if total_j else None,
+    }
+
+
 def evaluate(fine: Path, paired: bool = False, opts: dict | None = None) -> dict:
     """The default regression on the run (or with `opts`: RegressionConfig fields passed to
     `attribute`), against its truth: per phase the error and the 95 % half-width; the buffer
@@ -422,8 +497,13 @@ def evaluate(fine: Path, paired: bool = False, opts: dict | None = None) -> dict
         parts = p.phase.split("+")
         if not all(q in truth_all for q in parts):
             continue
-        # The truth over the analysed steps: each phase runs once a step, recorded in order.
-        t = sum(float(np.sum(truth_all[q][used[0] : used[-1] + 1])) for q in parts)
+        # The truth over the analysed steps: per step where recorded so (phases repeated),
+        # else each phase once a step, recorded in order.
+        by_step = rec.extra.get("simulated_truth_by_step_j")
+        if by_step:
+            t = sum(by_step[i].get(q, 0.0) for i in range(used[0], used[-1] + 1) for q in parts)
+        else:
+            t = sum(float(np.sum(truth_all[q][used[0] : used[-1] + 1])) for q in parts)
         row = {"phase": p.phase, "truth_j": t, "resolved": bool(p.resolved)}
         if p.resolved:
             row.update(
@@ -442,6 +522,8 @@ def evaluate(fine: Path, paired: bool = False, opts: dict | None = None) -> dict
     n_blocks = max(1.0, res.n_steps * res.step_time_s / (d.get("block_s") or 1.5))
     chi2 = window_chi2(res)
     ex = overhead(spans, res) if "excite" in rec.extra else {}
+    if "repeat" in rec.extra:
+        ex = repeat_cost(spans, rec.extra.get("simulated_truth_by_step_j") or [])
     pchi2 = {}
     if paired and best is not None:
         model = (bool(d.get("stall")), bool(d.get("bins")))
@@ -502,10 +584,16 @@ def table(results: list[dict]) -> str:
             if ex.get("run_time_overhead_pct") is not None
             else ""
         )
-        win = f"{ev['chosen_window_ms']:.0f} ({ev['true_window_ms']:.0f})"
-        rms = f"{min(ev['buffer_rms_w'].values()):.1f} W"
+        if ev["chosen_window_ms"] is None:
+            win, rms = "no buffer rows", "—"
+        else:
+            win = f"{ev['chosen_window_ms']:.0f} ({ev['true_window_ms']:.0f})"
+            rms = f"{min(ev['buffer_rms_w'].values()):.1f} W"
+        setting = ev["setting"] + "".join(
+            f", {k}={v}" for k, v in sorted((ev.get("regression_opts") or {}).items())
+        )
         seed = f"{ev['seed']}" + (f", {ev['fine_s']:g} s" if ev["fine_s"] != 60 else "")
-        out.append(f"| {ev['loop']} | {ev['misfit']} | {ev['setting']} | {seed} | {win} | "
+        out.append(f"| {ev['loop']} | {ev['misfit']} | {setting} | {seed} | {win} | "
                    f"{chi2} | {rms} | {'; '.join(ph)} | {cost} |")  # fmt: skip
     return "\n".join(out) + "\n"
 
@@ -514,13 +602,15 @@ def run_one(out: Path, loop: str, setting: str, misfit: str, seed: int, fine_s: 
             window_ms: float, paired: bool = False, opts: dict | None = None) -> dict:  # fmt: skip
     """One simulated run (written once under out/loops/<tag>/fine) and its evaluation (with
     `opts`: RegressionConfig fields; the run is the same, its tag gets their suffix)."""
-    make = SETTINGS[setting]
+    make = SETTINGS.get(setting)
     excite = replace(make(fine_s), seed=seed) if make else None
+    repeat = REPEATS.get(setting)
     tag = f"{loop}@{setting}@{misfit}@w{window_ms:g}@{fine_s:g}s@s{seed}"
     fine = out / "loops" / tag / "fine"
     t0 = time.perf_counter()
     if not (fine / "run.json").is_file():
-        write_fine(LOOPS[loop], fine, fine_s, MISFITS[misfit], seed, excite, 1e-3 * window_ms)
+        write_fine(LOOPS[loop], fine, fine_s, MISFITS[misfit], seed, excite, 1e-3 * window_ms,
+                   repeat)  # fmt: skip
     ev = evaluate(fine, paired, opts)
     if opts:
         tag += "@" + ",".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
@@ -544,10 +634,15 @@ def _line(ev: dict) -> str:
         if ex.get("run_time_overhead_pct") is not None
         else ""
     )
+    if ev["chosen_window_ms"] is None:  # no buffer rows
+        where = "no buffer rows"
+    else:
+        where = (
+            f"window {ev['chosen_window_ms']:.0f} ms (true {ev['true_window_ms']:.0f}); "
+            f"Δχ² {chi2}; buffer RMS {min(ev['buffer_rms_w'].values()):.1f} W"
+        )
     return (
-        f"{ev['tag']}: window {ev['chosen_window_ms']:.0f} ms (true {ev['true_window_ms']:.0f}); "
-        f"Δχ² {chi2}; buffer RMS {min(ev['buffer_rms_w'].values()):.1f} W; bins {ev['bins']}; "
-        f"{_fmt_phases(ev)}{cost} [{ev['wall_s']:.0f} s]"
+        f"{ev['tag']}: {where}; bins {ev['bins']}; {_fmt_phases(ev)}{cost} [{ev['wall_s']:.0f} s]"
     )
 
 
@@ -557,7 +652,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fine-s", type=float, default=60.0)
     ap.add_argument("--loops", default="user4h", help=f"some of {', '.join(LOOPS)}")
     ap.add_argument("--settings", default="plain,short,edges5,edges10",
-                    help=f"some of {', '.join(SETTINGS)}")  # fmt: skip
+                    help=f"some of {', '.join([*SETTINGS, *REPEATS])}")  # fmt: skip
     ap.add_argument("--misfit", default="h200", help=f"some of {', '.join(MISFITS)}")
     ap.add_argument("--window-ms", type=float, default=60.0, help="the buffer's true window")
     ap.add_argument("--seeds", default="0")

@@ -6,6 +6,7 @@ and long gaps bringing a misfit-biased window choice back to the simulator's tru
 from __future__ import annotations
 
 import importlib
+import json
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -133,3 +134,20 @@ def test_long_gaps_bring_a_misfit_biased_window_back_to_the_true_one(sim, tmp_pa
         assert abs(by[name]["error_pct"]) < 2.0
     assert edges["excite"]["n_excited"] > 0
     assert 5.0 < edges["excite"]["run_time_overhead_pct"] < 35.0
+
+
+def test_repeating_a_phase_is_read_through_the_counter(sim, tmp_path):
+    """Phase repetition (the copy twice in 30 % of the steps) on the H200-like simulated GPU:
+    each repeated step's truth holds both runs, the cost is the second runs' time, and the
+    regression without the power buffer's rows resolves the copy far more narrowly than on
+    the plain loop (the buffer's unidentified window is what dilutes it by default)."""
+    opts = {"use_buffer": False}
+    plain = sim.run_one(tmp_path, "user4h", "plain", "h200", 0, 30.0, 60.0, opts=opts)
+    rep = sim.run_one(tmp_path, "user4h", "repeat_copy30", "h200", 0, 30.0, 60.0, opts=opts)
+    rec = json.loads((tmp_path / "loops" / "user4h@repeat_copy30@h200@w60@30s@s0" / "fine"
+                      / "run.json").read_text())  # fmt: skip
+    assert rec["extra"]["repeat"]["steps_repeated"] > 0
+    assert 2.0 < rep["excite"]["run_time_overhead_pct"] < 10.0
+    hw = {e["setting"]: {r["phase"]: r for r in e["phases"]}["copy"] for e in (plain, rep)}
+    assert hw["repeat_copy30"]["resolved"]
+    assert hw["repeat_copy30"]["hw_pct"] < 0.5 * hw["plain"]["hw_pct"], hw
