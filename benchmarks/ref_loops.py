@@ -24,11 +24,13 @@ steps in the first 75 % of the fine run; the framework loops get them through jo
 callbacks, which open their phases on the same `PhaseRecorder`). `<loop>_edges` is the loop with
 long gaps instead (`edges_config`: `ExciteConfig.edges`, sync gaps of 40-150 ms in 10 % of the
 steps in the first 75 %: load→idle→load edges longer than the power buffer's window, a test of
-whether they identify the window's length; benchmarks/edge_excite_sim.py). Either is an excited
-loop: its references are its base loop's: it makes none when the base loop runs in the same call
-(the evaluation reads loops/<base>/ref), and its own (ref/, replayed without excitation) when it
-does not. `--excite-s` is each excited loop's fine measurement, reserved before the other loops
-share the budget.
+whether they identify the window's length; benchmarks/edge_excite_sim.py). `<loop>_repeat`
+runs the base loop's replayable phases (user4's copy) twice back to back in 30 % of the steps
+in the first 75 % (`loop_repeat`; benchmarks/results/ref_loops/simulated_repeat). Each is an
+excited loop: its references are its base loop's: it makes none when the base loop runs in the
+same call (the evaluation reads loops/<base>/ref), and its own (ref/, replayed without
+excitation) when it does not. `--excite-s` is each excited loop's fine measurement, reserved
+before the other loops share the budget.
 
     PYTHONPATH=src JP_COMMIT=$(git rev-parse HEAD) python3 benchmarks/ref_loops.py --out DIR \
         [--budget-s 510] [--fine-s 60] [--excite-s 30] [--ref-s 2.0] [--loops user4,...] [--pack]
@@ -65,7 +67,11 @@ LOOP_COLUMNS = ("loop", "status", "framework", "held_out", "fine_s", "n_steps", 
 DEFAULT_ORDER = ("user4", "hf_bert", "pl_resnet50", "vit_accum", "infer_mixed", "user4_excite")
 EXCITE_SUFFIX = "_excite"
 EDGES_SUFFIX = "_edges"
-EXCITED_SUFFIXES = (EXCITE_SUFFIX, EDGES_SUFFIX)
+REPEAT_SUFFIX = "_repeat"
+EXCITED_SUFFIXES = (EXCITE_SUFFIX, EDGES_SUFFIX, REPEAT_SUFFIX)
+REPEAT_FRACTION = 0.30
+"""Share of a `<loop>_repeat` run's window steps whose replayable phases run twice
+(benchmarks/results/ref_loops/simulated_repeat: 10 % and 30 % were simulated)."""
 EDGES_FRACTION = 0.10
 """Share of an `<loop>_edges` run's window steps that get long gaps (benchmarks/results/
 ref_loops/simulated_edges: 5 % and 10 % were simulated; 10 % gives the edges their best chance
@@ -101,9 +107,27 @@ def edges_config(fine_s: float, smoke: bool = False):
     return ExciteConfig.edges(window_s=0.75 * fine_s, fraction=1.0 if smoke else EDGES_FRACTION)
 
 
+def loop_repeat(name: str, fine_s: float, smoke: bool = False):
+    """The phase repetition of a `<loop>_repeat` fine run (its base loop's replayable phases
+    twice in REPEAT_FRACTION of the steps of its first 75 %; every step of a smoke run); None
+    for any other loop.
+
+    Raises:
+        ValueError: the base loop has no replayable phase.
+    """
+    from ref_loops_defs import Repeat
+
+    if not (is_excited(name) and name.endswith(REPEAT_SUFFIX)):
+        return None
+    phases = LOOPS[base_of(name)].replayable
+    if not phases:
+        raise ValueError(f"{name}: {base_of(name)} has no replayable phase to repeat")
+    return Repeat(phases, 1.0 if smoke else REPEAT_FRACTION, 0.75 * fine_s)
+
+
 def loop_excitation(name: str, fine_s: float, smoke: bool = False):
-    """The excitation of loop `name`'s fine run: None for a plain loop."""
-    if not is_excited(name):
+    """The excitation gaps of loop `name`'s fine run: None for a plain or repeated loop."""
+    if not is_excited(name) or name.endswith(REPEAT_SUFFIX):
         return None
     if name.endswith(EDGES_SUFFIX):
         return edges_config(fine_s, smoke)
@@ -279,8 +303,9 @@ def run_loop(
 
     base = base_of(name)
     excite = loop_excitation(name, fine_s, smoke)
+    repeat = loop_repeat(name, fine_s, smoke)
     if references is None:
-        references = excite is None
+        references = not is_excited(name)
     loop = LOOPS[base](device, smoke)
     row: dict = {"loop": name, "framework": loop.framework}
     t_start = time.perf_counter()
@@ -298,7 +323,7 @@ def run_loop(
                 record=m.record, excite=excite,
             )  # fmt: skip
             try:
-                n = loop.run_fine(rec, fine_s)
+                n = loop.run_fine(rec, fine_s, repeat) if repeat else loop.run_fine(rec, fine_s)
             finally:
                 rec.close()
         row["n_steps"] = n

@@ -40,12 +40,15 @@ VARIANTS: dict[str, dict] = {
     "regression_box45": {"instant_window_s": 0.045, "instant_kernel": ((1.0, 0.0, 1.0),)},
     "regression_fixedwindow": {},
     "regression_bins": {"bins": True},
+    "regression_nobuffer": {"use_buffer": False},
 }
 """Regression settings evaluated with --variants: the defaults; the instant field read as the
 45 ms boxcar measured on the H200 (`--instant-kernel box:45`); the buffer window's worth fixed
 as tuned on V-JEPA2 (the neighbours' full move and ±25 %), not from the run's own residuals
 (`regression_choice.WINDOW_FROM_RESIDUALS` off); long phases always cut into bins (on the
-H200-like simulation bins with long gaps removed the window's bias: simulated_bins/)."""
+H200-like simulation bins with long gaps removed the window's bias: simulated_bins/); no power
+buffer rows (on the simulation, a repeated phase is read through the counter, and the buffer's
+unidentified window dilutes it: simulated_repeat/)."""
 
 
 def unpack(results: Path, work: Path) -> Path:

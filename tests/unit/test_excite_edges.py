@@ -151,3 +151,27 @@ def test_repeating_a_phase_is_read_through_the_counter(sim, tmp_path):
     hw = {e["setting"]: {r["phase"]: r for r in e["phases"]}["copy"] for e in (plain, rep)}
     assert hw["repeat_copy30"]["resolved"]
     assert hw["repeat_copy30"]["hw_pct"] < 0.5 * hw["plain"]["hw_pct"], hw
+
+
+def test_a_repeat_loop_runs_its_replayable_phase_twice_in_some_steps(tmp_path):
+    """user4_repeat through ref_loops.run_loop (smoke, CPU, fine run only; every window step
+    drawn): each drawn step holds two copy spans, the other phases one; a loop with nothing
+    replayable is refused with the reason."""
+    pytest.importorskip("torch")
+    import pandas as pd
+
+    rl = _mod("ref_loops")
+    assert rl.is_excited("user4_repeat") and rl.base_of("user4_repeat") == "user4"
+    assert rl.loop_excitation("user4_repeat", 60.0) is None
+    rep = rl.loop_repeat("user4_repeat", 60.0)
+    assert rep.phases == ("copy",) and rep.fraction == rl.REPEAT_FRACTION and rep.window_s == 45
+    assert rl.loop_repeat("user4", 60.0) is None
+    with pytest.raises(ValueError, match="no replayable phase"):
+        rl.loop_repeat("hf_bert_repeat", 60.0)
+    row = rl.run_loop("user4_repeat", tmp_path, 0.6, 0.3, True, "cpu", references=False)
+    spans = pd.read_csv(tmp_path / "fine" / "spans.csv")
+    per_step = spans.groupby(["step", "phase"]).size().unstack(fill_value=0)
+    twice = per_step[per_step["copy"] == 2]
+    assert len(twice) > 0 and (per_step["copy"] <= 2).all()
+    assert (per_step[["gemm", "spin", "tiny"]] == 1).all().all()
+    assert row["n_windows"] == 0 and not (tmp_path / "ref").exists()
