@@ -28,6 +28,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -154,14 +155,14 @@ def _done_ids(out: Path) -> set[str]:
         return {r["id"] for r in csv.DictReader(f) if r["status"] in ("complete", "oom", "failed")}
 
 
-def _append(out: Path, row: dict) -> None:
+def _append(out: Path, row: dict, columns: tuple[str, ...] = COLUMNS) -> None:
     p = out / "results.csv"
     new = not p.exists()
     with p.open("a", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
+        w = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
         if new:
             w.writeheader()
-        w.writerow({k: row.get(k, "") for k in COLUMNS})
+        w.writerow({k: row.get(k, "") for k in columns})
 
 
 def _row_from_run(cfg_row: dict, run_dir: Path, seconds: float) -> dict:
@@ -322,6 +323,38 @@ def _supervise(cmd: list[str], cur: Path, timeout_s: float) -> int:
             return proc.wait()
 
 
+def run_jobs(
+    make_cmd: Callable[[int], list[str]],
+    out: Path,
+    rows_by_id: dict[str, dict],
+    timeout_s: float,
+    deadline: float,
+    est_s: float,
+    *,
+    supervise: Callable[[list[str], Path, float], int] = _supervise,
+    what: str = "worker",
+    columns: tuple[str, ...] = COLUMNS,
+) -> None:
+    """Start worker jobs (`make_cmd(attempt)`, run by `supervise`) until one ends outside any
+    configuration or the budget is spent. A job that dies inside a configuration (it leaves
+    out/current.txt) has that configuration recorded as failed, and the next job takes the
+    rest."""
+    cur = out / "current.txt"
+    for attempt in range(10):
+        rc = supervise(make_cmd(attempt), cur, timeout_s)
+        if not cur.exists():
+            if rc != 0:
+                print(f"{what} exited {rc} outside any configuration: stopping", flush=True)
+            return
+        cid = cur.read_text().strip()
+        failed = {"status": "failed", "error": f"{what} exited with {rc} during this configuration"}
+        _append(out, {**rows_by_id.get(cid, {"id": cid}), **failed}, columns)
+        cur.unlink()
+        print(f"{what} exited {rc} in {cid}: recorded as failed, restarting", flush=True)
+        if time.time() + est_s > deadline:
+            return
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -364,36 +397,16 @@ def main(argv: list[str] | None = None) -> int:
     t_start = time.time()
     deadline = t_start + args.budget_s
     _meta(out, argv)
-    for _attempt in range(10):
-        cmd = [
-            sys.executable,
-            str(Path(__file__).resolve()),
-            *argv,
-            "--worker",
-            "--deadline",
-            repr(deadline),
-        ]
-        rc = _supervise(cmd, out / "current.txt", args.config_timeout_s)
-        cur = out / "current.txt"
-        if not cur.exists():
-            if rc != 0:
-                print(f"worker exited {rc} outside any configuration: stopping", flush=True)
-            break
-        if cur.exists():  # the worker died inside a configuration: record it and go on
-            cid = cur.read_text().strip()
-            rows = {r["id"]: r for r in (smoke_plan() if args.smoke else plan())}
-            _append(
-                out,
-                {
-                    **rows.get(cid, {"id": cid}),
-                    "status": "failed",
-                    "error": f"worker exited with {rc} during this configuration",
-                },
-            )
-            cur.unlink()
-            print(f"worker exited {rc} in {cid}: recorded as failed, restarting", flush=True)
-        if time.time() + args.est_s > deadline:
-            break
+    cmd = [sys.executable, str(Path(__file__).resolve()), *argv, "--worker", "--deadline",
+           repr(deadline)]  # fmt: skip
+    run_jobs(
+        lambda _attempt: cmd,
+        out,
+        {r["id"]: r for r in (smoke_plan() if args.smoke else plan())},
+        args.config_timeout_s,
+        deadline,
+        args.est_s,
+    )
     _table(out)
     print(f"sweep: {time.time() - t_start:.0f} s; results in {out / 'results.csv'}")
     return 0

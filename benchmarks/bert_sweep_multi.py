@@ -25,7 +25,6 @@ import argparse
 import contextlib
 import csv
 import gc
-import importlib.util
 import json
 import os
 import sys
@@ -36,16 +35,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 
-def _one_gpu_sweep():
-    spec = importlib.util.spec_from_file_location(
-        "bert_sweep", ROOT / "benchmarks" / "bert_sweep.py"
-    )
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import bert_sweep as BS  # noqa: E402  (the one-GPU sweep: its rows, columns and job loop)
 
-BS = _one_gpu_sweep()
 FIELDS = BS.FIELDS
 COLUMNS = (*BS.COLUMNS[:3], "gpus", *BS.COLUMNS[3:])
 STRATEGIES = ("ddp", "fsdp", "tp")
@@ -98,16 +91,6 @@ def plan(gpus: int, smoke: bool = False) -> tuple[list[dict], list[dict]]:
                 continue
             rows.append(r)
     return rows, left_out
-
-
-def _append(out: Path, row: dict) -> None:
-    p = out / "results.csv"
-    new = not p.exists()
-    with p.open("a", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
-        if new:
-            w.writeheader()
-        w.writerow({k: row.get(k, "") for k in COLUMNS})
 
 
 def worker(args) -> int:
@@ -172,7 +155,7 @@ def worker(args) -> int:
                     "seconds_total": round(time.time() - t0, 2),
                 }
             if main:
-                _append(out, row)
+                BS._append(out, row, COLUMNS)
                 (out / "current.txt").unlink(missing_ok=True)
                 print(
                     f"{r['id']:>44s}  {row['status']:>8s}  {row.get('j_per_step', '')!s:>10.8s}"
@@ -247,41 +230,19 @@ def run(args, argv: list[str]) -> int:
     rows, left_out = plan(args.gpus, args.smoke)
     (out / "left_out.json").write_text(json.dumps(left_out, indent=1) + "\n")
     port = 29500 + os.getpid() % 400
-    for attempt in range(10):
-        cmd = [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--nproc-per-node",
-            str(args.gpus),
-            "--master-port",
-            str(port + attempt),
-            str(Path(__file__).resolve()),
-            *argv,
-            "--worker",
-            "--deadline",
-            repr(deadline),
-        ]
-        rc = supervise_group(cmd, out / "current.txt", args.config_timeout_s)
-        cur = out / "current.txt"
-        if not cur.exists():
-            if rc != 0:
-                print(f"torchrun exited {rc} outside any configuration: stopping", flush=True)
-            break
-        cid = cur.read_text().strip()
-        by_id = {r["id"]: r for r in rows}
-        _append(
-            out,
-            {
-                **by_id.get(cid, {"id": cid}),
-                "status": "failed",
-                "error": f"torchrun exited with {rc} during this configuration",
-            },
-        )
-        cur.unlink()
-        print(f"torchrun exited {rc} in {cid}: recorded as failed, restarting", flush=True)
-        if time.time() + args.est_s > deadline:
-            break
+    worker_argv = [str(Path(__file__).resolve()), *argv, "--worker", "--deadline", repr(deadline)]
+    BS.run_jobs(
+        lambda attempt: [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node",
+                         str(args.gpus), "--master-port", str(port + attempt), *worker_argv],
+        out,
+        {r["id"]: r for r in rows},
+        args.config_timeout_s,
+        deadline,
+        args.est_s,
+        supervise=supervise_group,
+        what="torchrun",
+        columns=COLUMNS,
+    )  # fmt: skip
     done = BS._done_ids(out)
     print(
         f"sweep on {args.gpus} GPUs: {time.time() - t_start:.0f} s; "

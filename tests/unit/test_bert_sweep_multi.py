@@ -123,3 +123,28 @@ def test_a_hung_job_is_stopped_with_every_process_it_started(tmp_path):
         time.sleep(0.1)
     else:
         pytest.fail(f"the job's child {pid} outlived the stop")
+
+
+def test_a_job_that_dies_in_a_configuration_records_it_and_the_next_takes_the_rest(tmp_path):
+    """bert_sweep.run_jobs (both sweeps' job loop): the first job dies inside configuration
+    "b" (current.txt left behind): b is a failed row; the second job ends cleanly: done."""
+    m = _module()
+    cur = tmp_path / "current.txt"
+    script = (
+        "import pathlib, sys; a = int(sys.argv[1]); "
+        f"pathlib.Path({str(cur)!r}).write_text('b') if a == 0 else None; sys.exit(3 - 3 * a)"
+    )
+    calls = []
+
+    def make(attempt):
+        calls.append(attempt)
+        return [sys.executable, "-c", script, str(attempt)]
+
+    rows = {"b": {"id": "b", "layers": 2, "gpus": 2}}
+    m.BS.run_jobs(make, tmp_path, rows, 60.0, float("inf"), 1.0, supervise=m.supervise_group,
+                  what="torchrun", columns=m.COLUMNS)  # fmt: skip
+    assert calls == [0, 1] and not cur.exists()
+    with (tmp_path / "results.csv").open() as f:
+        (row,) = list(csv.DictReader(f))
+    assert row["id"] == "b" and row["gpus"] == "2" and row["status"] == "failed"
+    assert row["error"] == "torchrun exited with 3 during this configuration"
