@@ -125,6 +125,33 @@ def energy_plot(data: pd.DataFrame, key: str, out_dir: Path) -> Plot:
     )
 
 
+def short_meta(meta: dict[str, Any]) -> dict[str, Any]:
+    """study.json's fields as the page lists them: long lists and mappings left out."""
+    return {k: v for k, v in meta.items() if not isinstance(v, dict | list) or len(str(v)) < 200}
+
+
+def status_text(statuses: pd.Series) -> str:
+    """ "n status, ..." of the cells' statuses, most frequent first."""
+    return ", ".join(f"{n} {s}" for s, n in statuses.value_counts().items())
+
+
+def simulated_banner(n_simulated: int) -> str | None:
+    """The SIMULATED banner of a study with cells that ran without a GPU; None if none did."""
+    if not n_simulated:
+        return None
+    return (
+        f"SIMULATED: {n_simulated} cells ran without a GPU; their energies come from the "
+        "package's simulated GPU, not from a measurement."
+    )
+
+
+def unfinished_table(bad: pd.DataFrame, note: str) -> Table:
+    """The cells that did not finish: cell_id, status, error."""
+    cols = ["cell_id", "status", "error"]
+    bad = bad.reindex(columns=cols)
+    return Table("unfinished", "Cells that did not finish", bad, bad, note=note)
+
+
 def build(study_dir: Path):
     """The generic study report (returns report.html.Report)."""
     from jouleprof.report.html import REPORT_HTML, Report, fresh_report_dir, guarded, render
@@ -137,29 +164,21 @@ def build(study_dir: Path):
     if table is not None and key is not None:
         plots.append(guarded("cell_energy", "energy per cell", energy_plot, table.data, key, out))
     bad = runs[~runs["status"].isin(("complete", "oom"))]
-    failed = Table(
-        "unfinished",
-        "Cells that did not finish",
-        bad[["cell_id", "status", "error"]],
-        bad[["cell_id", "status", "error"]],
-        note="Their error in full is in cells/<cell_id>/error.txt and cell.log.",
+    failed = unfinished_table(
+        bad, "Their error in full is in cells/<cell_id>/error.txt and cell.log."
     )
     index = Table("runs", "Every cell (runs.csv)", runs, runs.astype(object).fillna(""), note="")
     tables = [write_table(t, out) for t in (table, failed, index) if t is not None]
     sim = [c for c in runs["run_dir"].astype(str) if _is_simulated(study_dir / c)]
-    counts = runs["status"].value_counts()
     report = Report("study", study_dir, plots=plots, tables=tables, sentences=[sentence])
     report.html = render(
         "matrix_study.html",
         study_dir / REPORT_HTML,
         name=study_dir.name,
-        meta={k: v for k, v in meta.items() if not isinstance(v, dict | list) or len(str(v)) < 200},
+        meta=short_meta(meta),
         sentence=sentence,
-        status_counts=", ".join(f"{n} {s}" for s, n in counts.items()),
-        simulated=f"SIMULATED: {len(sim)} cells ran without a GPU; their energies come from the "
-        "package's simulated GPU, not from a measurement."
-        if sim
-        else None,
+        status_counts=status_text(runs["status"]),
+        simulated=simulated_banner(len(sim)),
         tables={t.name: t for t in tables},
         plots={p.name: p for p in plots},
     )

@@ -159,11 +159,6 @@ def ratio_plot(table: list[dict[str, Any]], out_dir: Path) -> Plot:
     )
 
 
-def _shown(df: pd.DataFrame) -> pd.DataFrame:
-    """The table as shown: blanks for missing values."""
-    return df.astype(object).where(df.notna(), "")
-
-
 def build(probe_dir: Path):
     """report.html and report/ of a probe directory (returns report.html.Report)."""
     from jouleprof.report.html import REPORT_HTML, Report, fresh_report_dir, guarded, render
@@ -203,12 +198,12 @@ def build(probe_dir: Path):
                 "Each method against full fine-tuning (same model, precision, batch, "
                 "checkpointing)",
                 saving,
-                _shown(saving[keep]) if len(saving) else saving,
+                saving[keep] if len(saving) else saving,
                 note="Ratios of J/step carry the bounds of both cells' counter brackets; "
                 "`jouleprof summarize DIR --repeat OTHER/probe.csv` adds the spread between "
                 "processes.",
             ),
-            Table("probe", "Every cell (probe.csv)", cells, _shown(cells)),
+            Table("probe", "Every cell (probe.csv)", cells, cells),
         )
     ]
     report = Report("study", probe_dir, plots=plots, tables=tables, sentences=said)

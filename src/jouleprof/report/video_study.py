@@ -188,8 +188,7 @@ def cells_table(rows: list[dict[str, Any]]) -> Table:
         "ns_hash",
         "energy_source",
     ]
-    shown = data[keep].astype(object).where(data[keep].notna(), "")
-    return Table("video_runs", "Every cell", data, shown, note="All columns: video_runs.csv.")
+    return Table("video_runs", "Every cell", data, data[keep], note="All columns: video_runs.csv.")
 
 
 def ns_plot(rows: list[dict[str, Any]], out_dir: Path) -> Plot:
@@ -277,6 +276,12 @@ def cost_plot(rows: list[dict[str, Any]], out_dir: Path) -> Plot:
 def build(study_dir: Path):
     """report.html and report/ of a video study (returns report.html.Report)."""
     from jouleprof.report.html import REPORT_HTML, Report, fresh_report_dir, guarded, render
+    from jouleprof.report.matrix_study import (
+        short_meta,
+        simulated_banner,
+        status_text,
+        unfinished_table,
+    )
     from jouleprof.report.tables import read_study_json, write_table
     from jouleprof.report.video_summary import best_per_model, cell_rows
 
@@ -289,16 +294,9 @@ def build(study_dir: Path):
         guarded("ns_hash", "NS# per search run", ns_plot, rows, out),
         guarded("accuracy_energy", "Accuracy against training energy", cost_plot, rows, out),
     ]
-    bad = [r for r in rows if r["status"] != "complete"]
-    unfinished = Table(
-        "unfinished",
-        "Cells that did not finish",
-        pd.DataFrame(bad, columns=["cell_id", "status", "error"]),
-        pd.DataFrame(
-            [{k: r.get(k) or "" for k in ("cell_id", "status", "error")} for r in bad],
-            columns=["cell_id", "status", "error"],
-        ),
-        note="An out-of-memory cell is a result; the error of any other is in "
+    unfinished = unfinished_table(
+        pd.DataFrame([r for r in rows if r["status"] != "complete"]),
+        "An out-of-memory cell is a result; the error of any other is in "
         "cells/<cell_id>/error.txt and cell.log.",
     )
     tables = [
@@ -313,21 +311,17 @@ def build(study_dir: Path):
         if t is not None
     ]
     sources = sorted({r["energy_source"] for r in rows if r.get("energy_source")})
-    sim = [r["cell_id"] for r in rows if r.get("energy_source") == "simulated"]
-    counts = pd.Series([r["status"] for r in rows]).value_counts() if rows else pd.Series()
+    n_sim = sum(r.get("energy_source") == "simulated" for r in rows)
     report = Report("study", study_dir, plots=plots, tables=tables, sentences=said)
     report.html = render(
         "video_study.html",
         study_dir / REPORT_HTML,
         name=study_dir.name,
-        meta={k: v for k, v in meta.items() if not isinstance(v, dict | list) or len(str(v)) < 200},
+        meta=short_meta(meta),
         sentences=said,
-        status_counts=", ".join(f"{n} {s}" for s, n in counts.items()) or "none",
+        status_counts=status_text(pd.Series([r["status"] for r in rows], dtype=object)) or "none",
         energy_sources=", ".join(sources) or "n/a",
-        simulated=f"SIMULATED: {len(sim)} cells ran without a GPU; their energies come from the "
-        "package's simulated GPU, not from a measurement."
-        if sim
-        else None,
+        simulated=simulated_banner(n_sim),
         tables={t.name: t for t in tables},
         plots={p.name: p for p in plots},
     )
