@@ -82,6 +82,23 @@ def _gpu_count() -> int:
         return 0
 
 
+def _torchrun(n: int, port_offset: int, *args: str, timeout: float):
+    """torchrun with `n` processes running `args`, NVLink multicast off (the lent multi-GPU
+    hosts ask for it: a program using it can put a shared host's GPUs out of service) and CUDA
+    indices in PCI order (the rank script reads NVML by CUDA's index)."""
+    env = {
+        "NCCL_NVLS_ENABLE": "0",
+        "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+        "NVSHMEM_DISABLE_NVLS": "1",
+        **os.environ,
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+    }
+    port = 29700 + (os.getpid() + port_offset) % 200
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(n),
+           "--master-port", str(port), *args]  # fmt: skip
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+
+
 @pytest.mark.skipif(_gpu_count() < 2, reason="needs 2 or more CUDA GPUs on this host")
 def test_every_gpu_counted_once_and_each_matches_its_own_counter(tmp_path):
     n = _gpu_count()
@@ -89,29 +106,7 @@ def test_every_gpu_counted_once_and_each_matches_its_own_counter(tmp_path):
     script.write_text(_SCRIPT)
     out1, out2, direct = tmp_path / "measure", tmp_path / "profile", tmp_path / "direct"
     direct.mkdir()
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc-per-node",
-        str(n),
-        "--master-port",
-        str(29700 + os.getpid() % 200),
-        str(script),
-        str(out1),
-        str(out2),
-        str(direct),
-    ]
-    # NVLink multicast off: the lent multi-GPU hosts ask for it (a program using it can put a
-    # shared host's GPUs out of service)
-    env = {
-        "NCCL_NVLS_ENABLE": "0",
-        "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
-        "NVSHMEM_DISABLE_NVLS": "1",
-        **os.environ,
-        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",  # the rank script reads NVML by CUDA's index
-    }
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=400, env=env)
+    r = _torchrun(n, 0, str(script), str(out1), str(out2), str(direct), timeout=400)
     assert r.returncode == 0, r.stderr[-3000:]
     rec = json.loads((out1 / "run.json").read_text())
     red = rec["extra"]["distributed"]
@@ -142,25 +137,8 @@ def test_every_gpu_counted_once_and_each_matches_its_own_counter(tmp_path):
         "a = torch.randn(4096, 4096, device='cuda'); [a @ a for _ in range(400)]; "
         "torch.cuda.synchronize()"
     )
-    cli = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc-per-node",
-        str(n),
-        "--master-port",
-        str(29700 + (os.getpid() + 100) % 200),
-        "-m",
-        "jouleprof.cli.main",
-        "measure",
-        "--out",
-        str(out3),
-        "--",
-        sys.executable,
-        "-c",
-        load,
-    ]
-    r = subprocess.run(cli, capture_output=True, text=True, timeout=300, env=env)
+    cli = ("-m", "jouleprof.cli.main", "measure", "--out", str(out3), "--", sys.executable, "-c")
+    r = _torchrun(n, 100, *cli, load, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     red3 = json.loads((out3 / "run.json").read_text())["extra"]["distributed"]
     assert red3["gpus_used"] == n and not red3["shared_gpus"] and not red3["missing_ranks"]

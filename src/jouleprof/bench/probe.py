@@ -245,6 +245,7 @@ def run_probe(
     `preload`: fork every worker from one process that has imported torch, transformers and
     peft once (`cellserver`), instead of a fresh interpreter that imports them again (14–22 s
     a worker on the H200 host); each worker is still its own process."""
+    from jouleprof.hardware import git_record_env
     from jouleprof.workloads.video.precision import refusal
 
     out = Path(out)
@@ -274,7 +275,8 @@ def run_probe(
     t0 = time.monotonic()
     cells_dir = out / "cells"
     server = None
-    launch_env: dict[str, str] | None = None
+    # the checkout's git record, taken once for every worker
+    launch_env = git_record_env(Path.cwd()) if todo else {}
     try:
         while todo:
             if budget_s is not None and time.monotonic() - t0 >= budget_s:
@@ -288,10 +290,6 @@ def run_probe(
             deadline = (
                 None if budget_s is None else time.time() + budget_s - (time.monotonic() - t0)
             )
-            if launch_env is None:  # the checkout's git record, taken once for every worker
-                from jouleprof.hardware import git_record_env
-
-                launch_env = git_record_env(Path.cwd())
             results, rest = _run_worker(
                 batch, cells_dir, spec, python, deadline, server, launch_env
             )
