@@ -208,12 +208,7 @@ class Driver:
         self.last_load_w = loop.idle_w
         self.drift = 0.0
         self.truth: dict[str, list[float]] = {}
-        self.truth_by_step: list[dict[str, float]] = []
-        """Per recorded step (where the loop opens one: `new_step`), each phase's energy."""
         self.idle(1.0)
-
-    def new_step(self) -> None:
-        self.truth_by_step.append({})
 
     def _put(self, d: float, w: float) -> float:
         """Append `d` s at `w` W (with the drift and 1 ms noise); returns the energy."""
@@ -278,9 +273,6 @@ class Driver:
         self.clock.advance_s(d)
         if record:
             self.truth.setdefault(ph.name, []).append(e)
-            if self.truth_by_step:
-                step = self.truth_by_step[-1]
-                step[ph.name] = step.get(ph.name, 0.0) + e
 
     def energy_until(self, t: np.ndarray) -> np.ndarray:
         """Energy from the start to each `t` (idle power beyond the schedule's ends)."""
@@ -326,28 +318,17 @@ def _sample(drv: Driver, rd, seed: int, window_s: float) -> None:
     buf.to_csv(rd.path / "power_buffer.csv", index=False)
 
 
-def record_repeat_steps(loop: Loop, drv: Driver, recorder, fine_s: float,
-                        repeat: tuple[tuple[str, ...], float], seed: int) -> int:  # fmt: skip
-    """`fine_s` seconds of the loop's steps; in a share of those in the first 75 % (REPEATS),
-    each named phase twice back to back. Returns how many steps repeated a phase."""
+def repeat_hook(fine_s: float, repeat: tuple[tuple[str, ...], float], seed: int):
+    """`record_steps`' `twice` for a REPEATS entry: its phases in a share of the steps that
+    start in the run's first 75 %."""
     names, fraction = repeat
     rng = np.random.default_rng([seed, 77])
-    t_start = drv.clock.now_s()
-    t_end = t_start + fine_s
-    n = 0
-    while drv.clock.now_s() < t_end:
-        twice = drv.clock.now_s() < t_start + 0.75 * fine_s and rng.random() < fraction
-        n += twice
-        drv.new_step()
-        with recorder.step():
-            for ph in loop.phases:
-                for _ in range(2 if twice and ph.name in names else 1):
-                    with recorder.phase(ph.name):
-                        drv.run(ph)
-        if loop.between_ms:
-            drv.idle(1e-3 * loop.between_ms)
-    recorder.close()
-    return n
+
+    def twice(t_s: float) -> tuple[str, ...]:
+        drawn = t_s < 0.75 * fine_s and rng.random() < fraction
+        return names if drawn else ()
+
+    return twice
 
 
 def write_fine(loop: Loop, path: Path, fine_s: float, misfit: Misfit, seed: int = 0,
@@ -364,18 +345,15 @@ def write_fine(loop: Loop, path: Path, fine_s: float, misfit: Misfit, seed: int 
     rec = RunRecord(run_id=f"edge-sim-{path.parent.name}", kind="edge_excite_sim", extra=extra)
     rd = RunDir.create(path, rec)
     recorder = PhaseRecorder(drv.clock, rd.span_writer(), device="cpu", excite=excite, record=rec)
-    if repeat is None:
-        record_steps(loop, drv, recorder, fine_s)
-    else:
-        rec.extra["repeat"] = {
-            "phases": list(repeat[0]),
-            "fraction": repeat[1],
-            "steps_repeated": record_repeat_steps(loop, drv, recorder, fine_s, repeat, seed),
-        }
+    twice = repeat_hook(fine_s, repeat, seed) if repeat else None
+    record_steps(loop, drv, recorder, fine_s, twice)
+    if repeat:
+        spans = rd.read_spans()
+        per_step = spans.groupby(["step", "phase"]).size().groupby("step").max()
+        rec.extra["repeat"] = {"phases": list(repeat[0]), "fraction": repeat[1],
+                               "steps_repeated": int((per_step > 1).sum())}  # fmt: skip
     _sample(drv, rd, seed, window_s)
     rec.extra["simulated_truth_j"] = {k: [float(x) for x in v] for k, v in drv.truth.items()}
-    if drv.truth_by_step:
-        rec.extra["simulated_truth_by_step_j"] = drv.truth_by_step
     rec.status = RunStatus.COMPLETE
     rd.write_record(rec)
     return rec.extra
@@ -443,24 +421,36 @@ def paired_chi2(got: dict, model: tuple[bool, bool], best_s: float, block_s: flo
     return out
 
 
-def repeat_cost(spans, by_step: list[dict[str, float]]) -> dict:
+def occurrence_truth(spans, truth: dict[str, list[float]], phase: str, steps=None) -> np.ndarray:
+    """The true energy of each run of `phase` (its spans, in order: the driver keeps one truth
+    per run), those in `steps` (a sorted list of step numbers: its first to its last) where
+    given."""
+    occ = spans[spans["phase"] == phase].sort_values("t0_s")
+    e = np.asarray(truth.get(phase, []), dtype=float)[: len(occ)]
+    if steps is None:
+        return e
+    step = occ["step"].to_numpy()[: len(e)]
+    return e[(step >= steps[0]) & (step <= steps[-1])]
+
+
+def repeat_cost(spans, truth: dict[str, list[float]]) -> dict:
     """What repeating phases cost the run: the second runs' time over the run's (from the
     spans), their energy over the run's phases' (from the simulated truth, each run of a phase
     in a step taken as costing alike)."""
-    d = spans.assign(dur=spans["t1_s"] - spans["t0_s"])
-    n = d.groupby(["step", "phase"])["dur"].transform("size")
-    first = d.groupby(["step", "phase"]).cumcount() == 0
-    extra_s = float(d.loc[~first, "dur"].sum())
+    d = spans.sort_values("t0_s")
+    second = d.groupby(["step", "phase"]).cumcount() > 0
+    dur = d["t1_s"] - d["t0_s"]
     total_s = float(d["t1_s"].max() - d["t0_s"].min())
-    counts = d.assign(n=n).groupby(["step", "phase"])["n"].first()
     extra_j = total_j = 0.0
-    for i, step in enumerate(by_step):
-        for ph, e in step.items():
-            k = int(counts.get((i, ph), 1))
-            total_j += e
-            extra_j += e * (k - 1) / k
+    for phase in truth:  # a step's k runs of a phase taken as costing alike: (k - 1) / k of it
+        e = occurrence_truth(d, truth, phase)
+        step = d.loc[d["phase"] == phase, "step"].to_numpy()[: len(e)]
+        steps, at = np.unique(step, return_inverse=True)
+        per_step_j, k = np.bincount(at, e, len(steps)), np.bincount(at, minlength=len(steps))
+        total_j += float(per_step_j.sum())
+        extra_j += float(np.sum(per_step_j * (k - 1) / k))
     return {
-        "run_time_overhead_pct": 100 * extra_s / total_s if total_s else None,
+        "run_time_overhead_pct": 100 * float(dur[second].sum()) / total_s if total_s else None,
         "run_energy_overhead_pct": 100 * extra_j / total_j if total_j else None,
     }
 
@@ -497,13 +487,8 @@ def evaluate(fine: Path, paired: bool = False, opts: dict | None = None) -> dict
         parts = p.phase.split("+")
         if not all(q in truth_all for q in parts):
             continue
-        # The truth over the analysed steps: per step where recorded so (phases repeated),
-        # else each phase once a step, recorded in order.
-        by_step = rec.extra.get("simulated_truth_by_step_j")
-        if by_step:
-            t = sum(by_step[i].get(q, 0.0) for i in range(used[0], used[-1] + 1) for q in parts)
-        else:
-            t = sum(float(np.sum(truth_all[q][used[0] : used[-1] + 1])) for q in parts)
+        # The truth over the analysed steps: each run of a phase has its truth, in span order.
+        t = sum(float(np.sum(occurrence_truth(spans, truth_all, q, used))) for q in parts)
         row = {"phase": p.phase, "truth_j": t, "resolved": bool(p.resolved)}
         if p.resolved:
             row.update(
@@ -523,7 +508,7 @@ def evaluate(fine: Path, paired: bool = False, opts: dict | None = None) -> dict
     chi2 = window_chi2(res)
     ex = overhead(spans, res) if "excite" in rec.extra else {}
     if "repeat" in rec.extra:
-        ex = repeat_cost(spans, rec.extra.get("simulated_truth_by_step_j") or [])
+        ex = repeat_cost(spans, truth_all)
     pchi2 = {}
     if paired and best is not None:
         model = (bool(d.get("stall")), bool(d.get("bins")))
