@@ -128,7 +128,11 @@ def predict_config(
         )
     notes: list[str] = []
     sh = share(cfg, gpus, strategy)
-    o_s, note = strategy_overhead(law, strategy)
+    fitted = law.multi_gpu.get(strategy) if gpus > 1 else None
+    if fitted:  # the several-GPU factor replaces the one-GPU ratio and κ/B
+        o_s, note = fitted["time_ratio"], None
+    else:
+        o_s, note = strategy_overhead(law, strategy)
     if note:
         notes.append(note)
     link = LINK_BYTES_S.get(gpu.lower())
@@ -137,26 +141,24 @@ def predict_config(
             f"no link bandwidth known for gpu {gpu!r}: known are {sorted(LINK_BYTES_S)}"
         )
     C = sh["comm_bytes"]
-    fitted = law.multi_gpu.get(strategy) if gpus > 1 else None
     if fitted:
-        o_s = fitted["time_ratio"]
         comm_s = fitted["s_per_byte"] * C
+    elif gpus > 1:
+        comm_s = KAPPA[strategy] * C / link
     else:
-        comm_s = KAPPA[strategy] * C / link if gpus > 1 else 0.0
+        comm_s = 0.0
     _, t, e_gpu = _step(law, cfg, sh, o_s, comm_s)
     e = gpus * e_gpu
     he, ht = law.rel_err_q90, law.t_rel_err_q90
+    if fitted:
+        he = fitted.get("rel_err_q90") or he
+        ht = fitted.get("t_rel_err_q90") or ht
     j_lo, j_hi = e * (1 - he), e * (1 + he)
     s_lo, s_hi = t * (1 - ht), t * (1 + ht)
     validated = gpus == 1 and strategy == "none"
     if fitted:
-        he = fitted.get("rel_err_q90") or he
-        ht = fitted.get("t_rel_err_q90") or ht
-        j_lo, j_hi = e * (1 - he), e * (1 + he)
-        s_lo, s_hi = t * (1 - ht), t * (1 + ht)
         counts = fitted.get("gpus") or []
         validated = gpus in counts and bool(fitted.get("held_out_rows"))
-        notes = [n for n in notes if "was not measured on one GPU" not in n]
         notes.append(
             f"{strategy} on {gpus} GPUs: the several-GPU factor fitted on "
             f"{len(fitted.get('rows') or [])} measured rows at "
