@@ -8,7 +8,6 @@ It is built from probe.csv alone.
 
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 from typing import Any
 
@@ -29,11 +28,6 @@ def is_probe(path: Path) -> bool:
         and not (path / "study.json").is_file()
         and not (path / "run.json").is_file()
     )
-
-
-def read_rows(path: Path) -> list[dict[str, str]]:
-    with (path / "probe.csv").open(newline="") as f:
-        return list(csv.DictReader(f))
 
 
 def _order(values: set[str], known: tuple[str, ...]) -> list[str]:
@@ -161,11 +155,12 @@ def ratio_plot(table: list[dict[str, Any]], out_dir: Path) -> Plot:
 
 def build(probe_dir: Path):
     """report.html and report/ of a probe directory (returns report.html.Report)."""
+    from jouleprof.bench.probe import PROBE_CSV, read_rows
     from jouleprof.report.html import REPORT_HTML, Report, fresh_report_dir, guarded, render
     from jouleprof.report.probe_savings import savings
     from jouleprof.report.tables import write_table
 
-    rows = read_rows(probe_dir)
+    rows = read_rows(probe_dir / PROBE_CSV)
     out = fresh_report_dir(probe_dir)
     measured = [r for r in rows if r["status"] != "refused"]
     table = savings(
