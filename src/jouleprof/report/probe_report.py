@@ -21,15 +21,6 @@ METHODS = ("full", "lora", "qlora", "adalora", "bitfit")
 PRECISIONS = ("fp32", "fp16", "bf16", "int8")
 
 
-def is_probe(path: Path) -> bool:
-    """Whether `path` is a probe directory (probe.csv, and neither a study nor a run)."""
-    return (
-        (path / "probe.csv").is_file()
-        and not (path / "study.json").is_file()
-        and not (path / "run.json").is_file()
-    )
-
-
 def _order(values: set[str], known: tuple[str, ...]) -> list[str]:
     return sorted(values, key=lambda v: (known.index(v) if v in known else len(known), v))
 
