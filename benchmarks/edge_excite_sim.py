@@ -318,25 +318,14 @@ def _sample(drv: Driver, rd, seed: int, window_s: float) -> None:
     buf.to_csv(rd.path / "power_buffer.csv", index=False)
 
 
-def repeat_hook(fine_s: float, repeat: tuple[tuple[str, ...], float], seed: int):
-    """`record_steps`' `twice` for a REPEATS entry: its phases in a share of the steps that
-    start in the run's first 75 %."""
-    names, fraction = repeat
-    rng = np.random.default_rng([seed, 77])
-
-    def twice(t_s: float) -> tuple[str, ...]:
-        drawn = t_s < 0.75 * fine_s and rng.random() < fraction
-        return names if drawn else ()
-
-    return twice
-
-
 def write_fine(loop: Loop, path: Path, fine_s: float, misfit: Misfit, seed: int = 0,
                excite=None, window_s: float = 0.060, repeat=None) -> dict:  # fmt: skip
     """The measured run: `fine_s` seconds of steps recorded by a PhaseRecorder (with `repeat`,
-    a REPEATS entry, some phases run twice in some steps)."""
+    a REPEATS entry, its phases run through `PhaseRecorder.replay` with a `RepeatConfig` of its
+    fraction over the run's first 75 %)."""
     from jouleprof.store.rundir import RunDir
     from jouleprof.timeline.recorder import PhaseRecorder
+    from jouleprof.timeline.repeat import RepeatConfig
     from jouleprof.types import RunRecord, RunStatus
 
     drv = Driver(loop, misfit, seed)
@@ -344,14 +333,10 @@ def write_fine(loop: Loop, path: Path, fine_s: float, misfit: Misfit, seed: int 
              "true_buffer_window_s": window_s}  # fmt: skip
     rec = RunRecord(run_id=f"edge-sim-{path.parent.name}", kind="edge_excite_sim", extra=extra)
     rd = RunDir.create(path, rec)
-    recorder = PhaseRecorder(drv.clock, rd.span_writer(), device="cpu", excite=excite, record=rec)
-    twice = repeat_hook(fine_s, repeat, seed) if repeat else None
-    record_steps(loop, drv, recorder, fine_s, twice)
-    if repeat:
-        spans = rd.read_spans()
-        per_step = spans.groupby(["step", "phase"]).size().groupby("step").max()
-        rec.extra["repeat"] = {"phases": list(repeat[0]), "fraction": repeat[1],
-                               "steps_repeated": int((per_step > 1).sum())}  # fmt: skip
+    rep = RepeatConfig(fraction=repeat[1], window_s=0.75 * fine_s, seed=seed) if repeat else None
+    recorder = PhaseRecorder(drv.clock, rd.span_writer(), device="cpu", excite=excite,
+                             record=rec, repeat=rep)  # fmt: skip
+    record_steps(loop, drv, recorder, fine_s, repeat[0] if repeat else ())
     _sample(drv, rd, seed, window_s)
     rec.extra["simulated_truth_j"] = {k: [float(x) for x in v] for k, v in drv.truth.items()}
     rec.status = RunStatus.COMPLETE
@@ -526,6 +511,7 @@ def evaluate(fine: Path, paired: bool = False, opts: dict | None = None) -> dict
         "block_s": d.get("block_s"),
         "residual_rms_w": d.get("residual_rms_w"),
         "bins": bool(d.get("bins")),
+        "buffer_rule": d.get("buffer_rows_left_out"),
         "bins_used": {k: len(v) for k, v in ((d.get("bins") or {}).get("members") or {}).items()},
         "bin_s": (d.get("bins") or {}).get("bin_s"),
         "regression_opts": opts,

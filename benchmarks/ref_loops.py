@@ -108,21 +108,20 @@ def edges_config(fine_s: float, smoke: bool = False):
 
 
 def loop_repeat(name: str, fine_s: float, smoke: bool = False):
-    """The phase repetition of a `<loop>_repeat` fine run (its base loop's replayable phases
-    twice in REPEAT_FRACTION of the steps of its first 75 %; every step of a smoke run); None
-    for any other loop.
+    """The phase repetition of a `<loop>_repeat` fine run, a `jouleprof.RepeatConfig`: its
+    base loop's replayable phases twice in REPEAT_FRACTION of the steps of its first 75 %
+    (every step of a smoke run); None for any other loop.
 
     Raises:
         ValueError: the base loop has no replayable phase.
     """
-    from ref_loops_defs import Repeat
+    from jouleprof.timeline.repeat import RepeatConfig
 
     if not (is_excited(name) and name.endswith(REPEAT_SUFFIX)):
         return None
-    phases = LOOPS[base_of(name)].replayable
-    if not phases:
+    if not LOOPS[base_of(name)].replayable:
         raise ValueError(f"{name}: {base_of(name)} has no replayable phase to repeat")
-    return Repeat(phases, 1.0 if smoke else REPEAT_FRACTION, 0.75 * fine_s)
+    return RepeatConfig(fraction=1.0 if smoke else REPEAT_FRACTION, window_s=0.75 * fine_s)
 
 
 def loop_excitation(name: str, fine_s: float, smoke: bool = False):
@@ -320,10 +319,14 @@ def run_loop(
         with measure(out / "fine", cfg, run_config=rc) as m:
             rec = PhaseRecorder(
                 m.clock, m.span_writer(), device=device if loop.cuda else "cpu",
-                record=m.record, excite=excite,
+                record=m.record, excite=excite, repeat=repeat,
             )  # fmt: skip
             try:
-                n = loop.run_fine(rec, fine_s, repeat) if repeat else loop.run_fine(rec, fine_s)
+                n = (
+                    loop.run_fine(rec, fine_s, loop.replayable)
+                    if repeat
+                    else loop.run_fine(rec, fine_s)
+                )
             finally:
                 rec.close()
         row["n_steps"] = n
@@ -336,6 +339,15 @@ def run_loop(
                 raise RuntimeError(
                     f"{name}: the fine run put no excitation gap ({ex['n_window_steps']} "
                     f"steps in the window): {base}'s phases bypass the PhaseRecorder's begin_phase"
+                )
+        if repeat is not None:
+            rp = rec.repeater.to_json()
+            keep = ("phases", "repeats_per_phase", "n_window_steps", "n_repeated_steps")
+            loop.info["repeat"] = {k: rp[k] for k in keep}
+            if not rp["n_repeated_steps"]:
+                raise RuntimeError(
+                    f"{name}: the fine run repeated no phase ({rp['n_window_steps']} steps in "
+                    f"the window): {base}'s replayable phases did not run through rec.replay"
                 )
         windows = []
         if references:

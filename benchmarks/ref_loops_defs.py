@@ -28,21 +28,9 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 Call = Callable[[bool], None]
-
-
-@dataclass(frozen=True)
-class Repeat:
-    """Phase repetition as excitation: in `fraction` of the steps that start within `window_s`
-    of the run's start, each of `phases` runs twice back to back."""
-
-    phases: tuple[str, ...]
-    fraction: float
-    window_s: float
-    seed: int = 0
 
 
 MIN_STEPS = 5
@@ -80,38 +68,23 @@ class Loop:
     def reset(self) -> None:
         """Bring the state back to a step's start (gradients cleared)."""
 
-    def run_fine(self, rec: Any, seconds: float, repeat: Repeat | None = None) -> int:
+    def run_fine(self, rec: Any, seconds: float, replayable: tuple[str, ...] = ()) -> int:
         """The measured run: the user's loop with the recorder, for `seconds`. Steps run.
-        With `repeat`, in a share of the steps of its window each of its phases runs twice back
-        to back, each run its own span (`self.info["repeat"]` counts them)."""
-        import random
-
+        The phases named in `replayable` run through `rec.replay` (twice in the steps that the
+        recorder's `RepeatConfig` draws, each run its own span)."""
         steps = self.cycle()
-        t0 = time.perf_counter()
-        t_end = t0 + seconds
-        rng = random.Random(repeat.seed if repeat else 0)
-        n = n_repeated = 0
+        t_end = time.perf_counter() + seconds
+        n = 0
         while time.perf_counter() < t_end:
             for phases in steps:
-                twice = (
-                    repeat is not None
-                    and time.perf_counter() < t0 + repeat.window_s
-                    and rng.random() < repeat.fraction
-                )
-                n_repeated += twice
                 with rec.step():
                     for name, call in phases:
-                        for _ in range(2 if twice and name in repeat.phases else 1):
-                            with rec.phase(name):
-                                call(False)
+                        if name in replayable:
+                            rec.replay(name, call, False)
+                            continue
+                        with rec.phase(name):
+                            call(False)
                 n += 1
-        if repeat is not None:
-            self.info["repeat"] = {
-                "phases": list(repeat.phases),
-                "fraction": repeat.fraction,
-                "window_s": repeat.window_s,
-                "n_steps_repeated": n_repeated,
-            }
         return n
 
     # -- shared -----------------------------------------------------------------------------

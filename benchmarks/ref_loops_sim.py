@@ -148,20 +148,20 @@ def _sample(drv: _Driver, rd, seed: int, buffer: bool) -> None:
         _buffer(drv.sched, rng, end).to_csv(rd.path / "power_buffer.csv", index=False)
 
 
-def record_steps(loop, drv, recorder, fine_s: float, twice=None) -> None:
+def record_steps(loop, drv, recorder, fine_s: float, replayable=()) -> None:
     """`fine_s` seconds of the loop's steps, each phase run by the driver inside the
-    recorder's step and phase (and the loop's idle between steps). `twice(t_s)`, where given:
-    the names of the phases to run twice back to back (each its own span) in the step that
-    starts `t_s` into the run."""
-    t0 = drv.clock.now_s()
-    t_end = t0 + fine_s
+    recorder's step and phase (and the loop's idle between steps). Phases named in
+    `replayable` run through `recorder.replay` (twice in the steps its `RepeatConfig` draws,
+    each run its own span)."""
+    t_end = drv.clock.now_s() + fine_s
     while drv.clock.now_s() < t_end:
-        names = twice(drv.clock.now_s() - t0) if twice else ()
         with recorder.step():
             for ph in loop.phases:
-                for _ in range(2 if ph.name in names else 1):
-                    with recorder.phase(ph.name):
-                        drv.run(ph)
+                if ph.name in replayable:
+                    recorder.replay(ph.name, drv.run, ph)
+                    continue
+                with recorder.phase(ph.name):
+                    drv.run(ph)
         if loop.between_ms:
             drv.idle(1e-3 * loop.between_ms)
     recorder.close()

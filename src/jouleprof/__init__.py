@@ -14,13 +14,22 @@ __version__ = "0.1.0"
 # class of the same name as an attribute of the package.
 from jouleprof.profile import profile  # noqa: E402
 
-__all__ = ["__version__", "profile", "measure", "Sampler", "PhaseRecorder", "ExciteConfig"]
+__all__ = [
+    "__version__",
+    "profile",
+    "measure",
+    "Sampler",
+    "PhaseRecorder",
+    "ExciteConfig",
+    "RepeatConfig",
+]
 
 if TYPE_CHECKING:  # pragma: no cover
     from jouleprof.measurement import measure
     from jouleprof.sensors.sampler import Sampler
     from jouleprof.timeline.excite import ExciteConfig
     from jouleprof.timeline.recorder import PhaseRecorder
+    from jouleprof.timeline.repeat import RepeatConfig
 
 
 def __getattr__(name: str) -> Any:
@@ -41,4 +50,8 @@ def __getattr__(name: str) -> Any:
         from jouleprof.timeline.excite import ExciteConfig
 
         return ExciteConfig
+    if name == "RepeatConfig":
+        from jouleprof.timeline.repeat import RepeatConfig
+
+        return RepeatConfig
     raise AttributeError(f"module 'jouleprof' has no attribute {name!r}")

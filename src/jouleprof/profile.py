@@ -78,6 +78,9 @@ class profile:  # noqa: N801 - used as `with jouleprof.profile(...)`, like a fun
         excite: opt-in excitation: an `ExciteConfig` (or True for its defaults) puts short
             random gaps between the phases of some steps in a calibration window, so that
             phases of a fixed schedule become separable (docs/excitation.md). None: off.
+        repeat: opt-in phase repetition: a `RepeatConfig` (or True for its defaults) runs the
+            phases given to `prof.replay(name, fn)` twice in some steps of a calibration
+            window (docs/excitation.md, "Repeated phases"). None: each runs once.
 
     After the block: `prof.run_dir` (Path), `prof.phases` (the phases table, a DataFrame, or
     None), `prof.method` (which method made it), `prof.summary` (the run's figures),
@@ -98,7 +101,10 @@ class profile:  # noqa: N801 - used as `with jouleprof.profile(...)`, like a fun
         sync: bool = False,
         device: Any = None,
         excite: Any = None,
+        repeat: Any = None,
     ) -> None:
+        from jouleprof.timeline.repeat import repeat_config
+
         if warmup_steps is not None and warmup_steps < 0:
             raise ValueError(f"warmup_steps must be ≥ 0 or None, got {warmup_steps}")
         if not interval_s > 0:
@@ -114,6 +120,7 @@ class profile:  # noqa: N801 - used as `with jouleprof.profile(...)`, like a fun
         self.sync = sync
         self.device = device
         self.excite = _excite_config(excite)
+        self.repeat = repeat_config(repeat)
         self.measurement: Any = None
         self.recorder: Any = None
         self.run_dir: Path | None = None
@@ -130,6 +137,11 @@ class profile:  # noqa: N801 - used as `with jouleprof.profile(...)`, like a fun
     def phase(self, name: str):
         """Context of one phase inside (or just before) a step; phases nest ("forward/x")."""
         return self._rec().phase(name)
+
+    def replay(self, name: str, fn, *args, **kwargs):
+        """Run `fn(*args, **kwargs)` as phase `name`, twice in the steps that `repeat=` draws
+        (`PhaseRecorder.replay`: `fn` must have no effect but its cost); returns its result."""
+        return self._rec().replay(name, fn, *args, **kwargs)
 
     def _rec(self):
         if self.recorder is None:
@@ -157,7 +169,13 @@ class profile:  # noqa: N801 - used as `with jouleprof.profile(...)`, like a fun
         self._cm = measure(
             self.out,
             cfg,
-            run_config={"profile": {"sync": self.sync, "excite": self.excite is not None}},
+            run_config={
+                "profile": {
+                    "sync": self.sync,
+                    "excite": self.excite is not None,
+                    "repeat": self.repeat is not None,
+                }
+            },
         )
         m = self._cm.__enter__()
         self.measurement = m
@@ -170,6 +188,7 @@ class profile:  # noqa: N801 - used as `with jouleprof.profile(...)`, like a fun
                 sync=self.sync,
                 record=m.record,
                 excite=self.excite,
+                repeat=self.repeat,
             )
         except BaseException as e:
             self._cm.__exit__(type(e), e, e.__traceback__)

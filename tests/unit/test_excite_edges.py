@@ -137,20 +137,31 @@ def test_long_gaps_bring_a_misfit_biased_window_back_to_the_true_one(sim, tmp_pa
 
 
 def test_repeating_a_phase_is_read_through_the_counter(sim, tmp_path):
-    """Phase repetition (the copy twice in 30 % of the steps) on the H200-like simulated GPU:
-    each repeated step's truth holds both runs, the cost is the second runs' time, and the
-    regression without the power buffer's rows resolves the copy far more narrowly than on
-    the plain loop (the buffer's unidentified window is what dilutes it by default)."""
-    opts = {"use_buffer": False}
-    plain = sim.run_one(tmp_path, "user4h", "plain", "h200", 0, 30.0, 60.0, opts=opts)
-    rep = sim.run_one(tmp_path, "user4h", "repeat_copy30", "h200", 0, 30.0, 60.0, opts=opts)
+    """Phase repetition (the copy through PhaseRecorder.replay, twice in 30 % of the steps) on
+    the H200-like simulated GPU: run.json records it, the cost is the second runs' time, and
+    the default regression leaves the power buffer's rows out by the repeat rule and resolves
+    the copy far more narrowly than the plain loop's default fit, and than the same repeated
+    run with the buffer's rows forced in (the buffer's unidentified window dilutes it)."""
+    plain = sim.run_one(tmp_path, "user4h", "plain", "h200", 0, 30.0, 60.0)
+    rep = sim.run_one(tmp_path, "user4h", "repeat_copy30", "h200", 0, 30.0, 60.0)
+    forced = sim.run_one(
+        tmp_path, "user4h", "repeat_copy30", "h200", 0, 30.0, 60.0, opts={"use_buffer": True}
+    )
     rec = json.loads((tmp_path / "loops" / "user4h@repeat_copy30@h200@w60@30s@s0" / "fine"
                       / "run.json").read_text())  # fmt: skip
-    assert rec["extra"]["repeat"]["steps_repeated"] > 0
+    assert rec["extra"]["repeat"]["phases"] == ["copy"]
+    assert rec["extra"]["repeat"]["n_repeated_steps"] > 20
     assert 2.0 < rep["excite"]["run_time_overhead_pct"] < 10.0
-    hw = {e["setting"]: {r["phase"]: r for r in e["phases"]}["copy"] for e in (plain, rep)}
-    assert hw["repeat_copy30"]["resolved"]
-    assert hw["repeat_copy30"]["hw_pct"] < 0.5 * hw["plain"]["hw_pct"], hw
+    assert plain["chosen_window_ms"] is not None  # no repetition: the buffer rows stay
+    assert rep["chosen_window_ms"] is None  # the rule left them out
+    assert forced["chosen_window_ms"] is not None
+    copy = {
+        k: {r["phase"]: r for r in e["phases"]}["copy"]
+        for k, e in (("plain", plain), ("rep", rep), ("forced", forced))
+    }
+    assert copy["rep"]["resolved"] and copy["rep"]["inside"], copy
+    assert copy["rep"]["hw_pct"] < 0.5 * copy["plain"]["hw_pct"], copy
+    assert copy["rep"]["hw_pct"] < 0.5 * copy["forced"]["hw_pct"], copy
 
 
 def test_a_repeat_loop_runs_its_replayable_phase_twice_in_some_steps(tmp_path):
@@ -164,7 +175,7 @@ def test_a_repeat_loop_runs_its_replayable_phase_twice_in_some_steps(tmp_path):
     assert rl.is_excited("user4_repeat") and rl.base_of("user4_repeat") == "user4"
     assert rl.loop_excitation("user4_repeat", 60.0) is None
     rep = rl.loop_repeat("user4_repeat", 60.0)
-    assert rep.phases == ("copy",) and rep.fraction == rl.REPEAT_FRACTION and rep.window_s == 45
+    assert rep.fraction == rl.REPEAT_FRACTION and rep.window_s == 45
     assert rl.loop_repeat("user4", 60.0) is None
     with pytest.raises(ValueError, match="no replayable phase"):
         rl.loop_repeat("hf_bert_repeat", 60.0)
@@ -175,3 +186,6 @@ def test_a_repeat_loop_runs_its_replayable_phase_twice_in_some_steps(tmp_path):
     assert len(twice) > 0 and (per_step["copy"] <= 2).all()
     assert (per_step[["gemm", "spin", "tiny"]] == 1).all().all()
     assert row["n_windows"] == 0 and not (tmp_path / "ref").exists()
+    rec = json.loads((tmp_path / "fine" / "run.json").read_text())
+    assert rec["extra"]["repeat"]["phases"] == ["copy"]
+    assert rec["extra"]["repeat"]["n_repeated_steps"] == len(twice)

@@ -1,8 +1,8 @@
 """`attribute(run_dir, method)`: a run's energy per phase and device; phases.csv.
 
 Reads samples.csv and spans.csv (and isolation.csv for the isolation method; for regression,
-power_buffer.csv where the run recorded NVML's power buffer) and nothing else, so it runs
-offline on a copied run directory.
+power_buffer.csv where the run recorded NVML's power buffer, and run.json's record of repeated
+phases) and nothing else, so it runs offline on a copied run directory.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
-from dataclasses import fields
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +79,29 @@ def _read_buffer(rd: RunDir, cfg: RegressionConfig | None):
         raise RunDirError(f"{p} lacks the columns {missing}")
     df["device"] = df["device"].astype(str)
     return df.sort_values("t_s", kind="stable").reset_index(drop=True)
+
+
+def _record_extra(rd: RunDir) -> dict[str, Any]:
+    """run.json's `extra` (empty where run.json is missing or unreadable: attribution needs only
+    the spans and samples)."""
+    try:
+        return dict(rd.read_record().extra or {})
+    except (RunDirError, OSError, ValueError) as e:
+        log.warning("run.json not read (%s): a recorded phase repetition is not seen", e)
+        return {}
+
+
+def _buffer_rule(rd: RunDir, cfg, buffer, spans, tl):
+    """(config, buffer rows, note): where the run repeated phases on purpose and `cfg` leaves
+    the buffer rows to the default, they are left out (`attribution.repeat_rule`)."""
+    if buffer is None or cfg is None or cfg.use_buffer is not None:
+        return cfg, buffer, None
+    from jouleprof.attribution.repeat_rule import buffer_decision
+
+    keep, why = buffer_decision(None, _record_extra(rd), spans, tl.analysed_steps)
+    if keep:
+        return cfg, buffer, None
+    return replace(cfg, use_buffer=False), None, why
 
 
 def _devices(samples, device: str | None) -> list[str]:
@@ -161,7 +184,11 @@ def _attribute(run_dir, method: str, device, warmup_steps, gap_s: float, cfg) ->
         if method == "proportional":
             out.append(attribute_proportional(samples, tl, dev))
         elif method == "regression":
-            out.append(attribute_regression(samples, tl, dev, cfg, buffer))
+            dev_cfg, dev_buffer, why = _buffer_rule(rd, cfg, buffer, spans, tl)
+            out.append(attribute_regression(samples, tl, dev, dev_cfg, dev_buffer))
+            if why:
+                out[-1].notes.append(why)
+                out[-1].diagnostics["buffer_rows_left_out"] = why
             # An unresolved phase says how many steps would resolve it.
             annotate(out[-1], min_rows=cfg.min_rows if cfg is not None else 20)
         else:

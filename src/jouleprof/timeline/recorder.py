@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
@@ -228,6 +228,9 @@ class PhaseRecorder:
         excite: an `ExciteConfig` (`timeline.excite`): short random gaps between the phases
             of some steps of a calibration window, recorded as phase ``excite_gap``, so that
             attribution can tell phases apart; None: none (the default).
+        repeat: a `RepeatConfig` (`timeline.repeat`), or True for its defaults: in a share of
+            the steps of a calibration window, the phases run through `replay()` run twice,
+            so that attribution can tell them from their neighbours; None: each runs once.
 
     Phases outside any step belong to the step that begins next (a "data" fetch before
     `step()` is counted with the step it feeds). Steps are numbered from 0.
@@ -248,7 +251,11 @@ class PhaseRecorder:
         close_sink: bool = True,
         record: Any = None,
         excite: Any = None,
+        repeat: Any = None,
     ) -> None:
+        from jouleprof.timeline.repeat import Repeater, repeat_config
+
+        repeat_cfg = repeat_config(repeat)
         self.config = config or RecorderConfig(
             sync=sync, max_pending_steps=max_pending_steps, anchor_interval_s=anchor_interval_s
         )
@@ -299,6 +306,7 @@ class PhaseRecorder:
             from jouleprof.timeline.excite import Exciter
 
             self._excite = Exciter(excite, clock, self._torch, self.device)
+        self._repeat = Repeater(repeat_cfg, clock) if repeat_cfg is not None else None
 
     # -- the PhaseMarker interface -----------------------------------------------------------
 
@@ -314,6 +322,25 @@ class PhaseRecorder:
                 raise ValueError(f"a phase name must be non-empty and hold no '/': {name!r}")
             ctx = self._ctx[name] = _PhaseCtx(self, name)
         return ctx
+
+    def replay(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run `fn(*args, **kwargs)` as phase `name`; returns what it returns.
+
+        `fn` must be replayable: running it twice has no effect but its cost (a data copy, a
+        forward pass under ``no_grad``, a preprocessing kernel; not a backward that accumulates
+        gradients, nor an optimizer step). With a `RepeatConfig` (`repeat=`), in a share of the
+        steps of its window it runs a second time, back to back, as a second span of the same
+        phase, and the second call's result is returned; otherwise once.
+        """
+        ctx = self.phase(name)
+        with ctx:
+            out = fn(*args, **kwargs)
+        rp = self._repeat
+        if rp is not None and self._group is not None and rp.twice(self._step, name):
+            with ctx:
+                out = fn(*args, **kwargs)
+            rp.repeated(self._step, name)
+        return out
 
     # -- explicit boundaries (for hooks and callbacks) ---------------------------------------
 
@@ -507,6 +534,8 @@ class PhaseRecorder:
                 self._record.extra["phase_recorder"] = self.stats.to_json()
                 if self._excite is not None:
                     self._record.extra["excite"] = self._excite.to_json()
+                if self._repeat is not None:
+                    self._record.extra["repeat"] = self._repeat.to_json()
 
     def __enter__(self) -> PhaseRecorder:
         return self
@@ -525,6 +554,11 @@ class PhaseRecorder:
     def exciter(self) -> Any:
         """The `timeline.excite.Exciter` putting excitation gaps, or None."""
         return self._excite
+
+    @property
+    def repeater(self) -> Any:
+        """The `timeline.repeat.Repeater` deciding which steps replay their phases, or None."""
+        return self._repeat
 
     @property
     def pending_steps(self) -> int:

@@ -1,0 +1,162 @@
+"""Phase repetition (`timeline.repeat`, `PhaseRecorder.replay`, `profile(repeat=...)`) and the
+regression's rule for it (`attribution.repeat_rule`)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+
+import pandas as pd
+import pytest
+
+import jouleprof
+from jouleprof.attribution.repeat_rule import (
+    MIN_REPEATED_STEPS,
+    buffer_decision,
+    repeated_steps,
+    replayed_phases,
+)
+from jouleprof.clock import ManualClock
+from jouleprof.timeline.recorder import PhaseRecorder
+from jouleprof.timeline.repeat import RepeatConfig, repeat_config
+from jouleprof.types import RunRecord
+
+
+@pytest.mark.parametrize(
+    ("kw", "word"), [({"fraction": 0.0}, "fraction"), ({"fraction": 1.5}, "fraction"),
+                     ({"window_s": 0.0}, "window_s")],
+)  # fmt: skip
+def test_bad_config_names_the_field(kw, word):
+    with pytest.raises(ValueError, match=word):
+        RepeatConfig(**kw)
+
+
+def test_repeat_argument_forms():
+    assert repeat_config(None) is None and repeat_config(False) is None
+    assert repeat_config(True) == RepeatConfig()
+    cfg = RepeatConfig(fraction=0.1)
+    assert repeat_config(cfg) is cfg
+    with pytest.raises(ValueError, match="RepeatConfig"):
+        repeat_config("often")
+
+
+def _loop(rec, clock, n_steps, calls):
+    """n steps of a replayable 10 ms copy then a 20 ms gemm (host clock)."""
+
+    def copy(tag):
+        calls.append((rec_step[0], tag))
+        clock.advance_s(0.010)
+        return len(calls)
+
+    rec_step = [None]
+    results = []
+    for _ in range(n_steps):
+        with rec.step() as step:
+            rec_step[0] = step
+            results.append(rec.replay("copy", copy, "x"))
+            with rec.phase("gemm"):
+                clock.advance_s(0.020)
+    rec.close()
+    return results
+
+
+def test_replay_runs_once_without_a_config():
+    clock = ManualClock()
+    record = RunRecord(run_id="r", kind="test")
+    rec = PhaseRecorder(clock, device="cpu", record=record)
+    calls: list = []
+    results = _loop(rec, clock, 10, calls)
+    assert [s for s, _ in calls] == list(range(10)) and calls[0][1] == "x"
+    assert results == list(range(1, 11))  # fn's result comes back
+    spans = pd.DataFrame([asdict(s) for s in rec.sink.spans])
+    assert (spans.groupby(["step", "phase"]).size() == 1).all()
+    assert "repeat" not in record.extra and rec.repeater is None
+
+
+def test_replay_runs_twice_in_drawn_window_steps_only_and_is_recorded():
+    clock = ManualClock()
+    record = RunRecord(run_id="r", kind="test")
+    cfg = RepeatConfig(fraction=0.5, window_s=1.0, seed=3)
+    rec = PhaseRecorder(clock, device="cpu", record=record, repeat=cfg)
+    calls: list = []
+    results = _loop(rec, clock, 100, calls)
+    spans = pd.DataFrame([asdict(s) for s in rec.sink.spans])
+    per_step = spans.groupby(["step", "phase"]).size().unstack(fill_value=0)
+    twice = sorted(per_step.index[per_step["copy"] == 2])
+    assert (per_step["gemm"] == 1).all() and per_step["copy"].isin([1, 2]).all()
+    # Some but not all of the ~1 s window's steps (30-40 ms each) repeat; none after it.
+    t0_of = spans.groupby("step")["t0_s"].min()
+    window = [s for s in per_step.index if t0_of[s] - t0_of.min() < 1.0]
+    assert 0 < len(twice) < len(window) and set(twice) <= set(window)
+    got = record.extra["repeat"]
+    assert got["phases"] == ["copy"] and got["repeated_steps"] == twice
+    assert got["n_repeated_steps"] == len(twice) and got["repeats_per_phase"] == {
+        "copy": len(twice)
+    }
+    assert got["n_window_steps"] == len(window) and got["config"]["fraction"] == 0.5
+    # The second call's result is the one returned.
+    prev = [0, *results[:-1]]
+    assert [r - q for r, q in zip(results, prev, strict=True)] == [
+        2 if s in twice else 1 for s in range(100)
+    ]
+
+
+def test_replay_outside_a_step_runs_once():
+    clock = ManualClock()
+    rec = PhaseRecorder(clock, device="cpu", repeat=RepeatConfig(fraction=1.0))
+    n = []
+    rec.replay("data", lambda: n.append(1))
+    with rec.step():
+        rec.replay("copy", lambda: n.append(2))
+    rec.close()
+    assert n == [1, 2, 2]
+
+
+def test_profile_takes_repeat_and_refuses_a_bad_value(tmp_path):
+    out = tmp_path / "rep"
+    cfg = jouleprof.RepeatConfig(fraction=1.0, window_s=60.0)
+    with jouleprof.profile(out, report=False, attribute=False, repeat=cfg) as prof:
+        for _ in range(4):
+            with prof.step():
+                prof.replay("copy", lambda: None)
+                with prof.phase("gemm"):
+                    pass
+    rec = json.loads((out / "run.json").read_text())
+    assert rec["config"]["profile"]["repeat"] is True
+    assert rec["extra"]["repeat"]["n_repeated_steps"] == 4
+    spans = pd.read_csv(out / "spans.csv")
+    assert (spans[spans["phase"] == "copy"].groupby("step").size() == 2).all()
+    with pytest.raises(ValueError, match="repeat"):
+        jouleprof.profile(tmp_path / "bad", repeat="yes")
+
+
+def _spans(n_steps, twice_in):
+    rows = []
+    t = 0.0
+    for s in range(n_steps):
+        for name in ["copy"] * (2 if s in twice_in else 1) + ["gemm", "outer/copy"]:
+            rows.append({"step": s, "phase": name, "t0_s": t, "t1_s": t + 0.01})
+            t += 0.01
+    return pd.DataFrame(rows)
+
+
+def test_repeated_steps_counts_steps_with_a_replayed_phase_twice():
+    spans = _spans(50, {3, 7, 40})
+    assert repeated_steps(spans, ["copy"], range(50)) == [3, 7, 40]
+    assert repeated_steps(spans, ["copy"], range(5, 50)) == [7, 40]  # analysed steps only
+    assert repeated_steps(spans, ["gemm"], range(50)) == []
+    assert repeated_steps(spans, [], range(50)) == []
+    assert replayed_phases({"repeat": {"phases": ["copy"]}}) == ("copy",)
+    assert replayed_phases({}) == () and replayed_phases(None) == ()
+
+
+def test_buffer_rows_are_left_out_only_where_enough_steps_repeated_and_not_forced():
+    extra = {"repeat": {"phases": ["copy"]}}
+    many = _spans(100, set(range(0, 100, 4)))  # 25 repeated steps
+    few = _spans(100, set(range(0, 4 * (MIN_REPEATED_STEPS - 1), 4)))
+    keep, why = buffer_decision(None, extra, many, range(100))
+    assert not keep and "repeated copy in 25 analysed steps" in why and "use_buffer=True" in why
+    assert buffer_decision(None, extra, few, range(100)) == (True, None)
+    assert buffer_decision(None, {}, many, range(100)) == (True, None)  # nothing recorded
+    assert buffer_decision(True, extra, many, range(100)) == (True, None)  # forced
+    assert buffer_decision(False, {}, many, range(100)) == (False, None)
