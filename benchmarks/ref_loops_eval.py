@@ -41,6 +41,7 @@ VARIANTS: dict[str, dict] = {
     "regression_fixedwindow": {},
     "regression_bins": {"bins": True},
     "regression_nobuffer": {"use_buffer": False},
+    "regression_buffer": {"use_buffer": True},
 }
 """Regression settings evaluated with --variants: the defaults; the instant field read as the
 45 ms boxcar measured on the H200 (`--instant-kernel box:45`); the buffer window's worth fixed
@@ -48,7 +49,9 @@ as tuned on V-JEPA2 (the neighbours' full move and ±25 %), not from the run's o
 (`regression_choice.WINDOW_FROM_RESIDUALS` off); long phases always cut into bins (on the
 H200-like simulation bins with long gaps removed the window's bias: simulated_bins/); no power
 buffer rows (on the simulation, a repeated phase is read through the counter, and the buffer's
-unidentified window dilutes it: simulated_repeat/)."""
+unidentified window dilutes it: simulated_repeat/); the buffer rows kept wherever recorded, even
+where the run repeated phases and the default (`attribution.repeat_rule`) leaves them out
+(simulated_repeat_rule/)."""
 
 
 def unpack(results: Path, work: Path) -> Path:
