@@ -148,6 +148,18 @@ LOOPS: dict[str, Loop] = {
         ),
         between_ms=34.0,
     ),  # fmt: skip
+    # infer_mixed as on the H200 (no_grad inference, 19.5 ms a step): an fp32 embedding MLP
+    # and a bf16 encoder both read above the 700 W limit alone (throttled), an fp32 vocabulary
+    # loss, a host-side log that waits for the device and sleeps 2 ms.
+    "infer_h": Loop(
+        "infer_h",
+        (
+            Shape("embed_fp32", 5.6, 700.0, start_w=780.0, tau_ms=8.0, throttle=True),
+            Shape("encoder_bf16", 8.0, 690.0, start_w=760.0, tau_ms=10.0, throttle=True),
+            Shape("loss_fp32", 2.9, 660.0),
+            Shape("log", 2.5, 200.0),
+        ),
+    ),  # fmt: skip
 }
 
 
@@ -184,6 +196,9 @@ REPEATS: dict[str, tuple[tuple[str, ...], float]] = {
     "repeat_gemm30": (("gemm",), 0.30),
     "repeat_copy_gemm30": (("copy", "gemm"), 0.30),
     "repeat_all30": (("gemm", "copy", "spin", "tiny", "forward", "backward", "optimizer"), 0.30),
+    "repeat_infer10": (("embed_fp32", "encoder_bf16", "loss_fp32"), 0.10),
+    "repeat_infer30": (("embed_fp32", "encoder_bf16", "loss_fp32"), 0.30),
+    "repeat_loss30": (("loss_fp32",), 0.30),
 }
 """Phase repetition as excitation (the issue's other kind: phases repeated where they are
 replayable): in `fraction` of the steps in the first 75 % of the run, each named phase runs

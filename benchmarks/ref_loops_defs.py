@@ -491,6 +491,7 @@ class InferMixed(Loop):
     """Held out: inference + loss with fp32 and bf16 phases and a host-side logging phase."""
 
     name = "infer_mixed"
+    replayable = ("embed_fp32", "encoder_bf16", "loss_fp32")  # no_grad, results overwritten
 
     def build(self) -> None:
         torch = self.torch

@@ -160,3 +160,24 @@ def test_buffer_rows_are_left_out_only_where_enough_steps_repeated_and_not_force
     assert buffer_decision(None, {}, many, range(100)) == (True, None)  # nothing recorded
     assert buffer_decision(True, extra, many, range(100)) == (True, None)  # forced
     assert buffer_decision(False, {}, many, range(100)) == (False, None)
+
+
+def test_two_replayable_phases_are_drawn_apart():
+    """Each replayable phase of a window step is drawn on its own: steps where one runs twice
+    and the other once exist both ways (doubling them always together would identify only
+    their sum)."""
+    clock = ManualClock()
+    rec = PhaseRecorder(clock, device="cpu", repeat=RepeatConfig(fraction=0.5, window_s=60.0))
+    for _ in range(200):
+        with rec.step():
+            rec.replay("a", clock.advance_s, 0.001)
+            rec.replay("b", clock.advance_s, 0.002)
+    rec.close()
+    spans = pd.DataFrame([asdict(s) for s in rec.sink.spans])
+    n = spans.groupby(["step", "phase"]).size().unstack(fill_value=0)
+    only_a = ((n["a"] == 2) & (n["b"] == 1)).sum()
+    only_b = ((n["a"] == 1) & (n["b"] == 2)).sum()
+    both = ((n["a"] == 2) & (n["b"] == 2)).sum()
+    assert only_a > 20 and only_b > 20 and both > 20
+    assert rec.repeater.to_json()["repeats_per_phase"] == {"a": int(n["a"].sum() - 200),
+                                                           "b": int(n["b"].sum() - 200)}  # fmt: skip

@@ -29,9 +29,11 @@ class RepeatConfig:
     """Which steps run their replayable phases twice."""
 
     fraction: float = 0.3
-    """Share of the calibration window's steps that repeat (drawn at random). On an H200-like
-    simulated GPU (benchmarks/results/ref_loops/simulated_repeat) a 15 ms copy beside a 29 ms
-    GEMM went from ±10-13 % to ±2-3 % of its energy at 30 % and ±3-6 % at 10 %, in 60 s."""
+    """Chance that a replayable phase of a calibration window's step runs twice, drawn for
+    each phase and step, so that two replayable phases are not always doubled together. On an
+    H200-like simulated GPU (benchmarks/results/ref_loops/simulated_repeat_rule) a 15 ms copy
+    beside a 29 ms GEMM went from ±13 % to ±2.6-3.3 % of its energy at 0.3 and ±3.4-4.7 % at
+    0.1, in 60 s of steps."""
     window_s: float = 30.0
     """The calibration window: steps that begin within this many seconds of the first step can
     repeat; later steps run as they are."""
@@ -46,8 +48,8 @@ class RepeatConfig:
 
 
 class Repeater:
-    """Decides, once per step, whether its replayable phases run twice (the recorder's hook
-    behind `PhaseRecorder.replay`), and counts what was repeated."""
+    """Decides, for each replayable phase of a window step, whether it runs twice (the
+    recorder's hook behind `PhaseRecorder.replay`), and counts what was repeated."""
 
     def __init__(self, config: RepeatConfig, clock: Any) -> None:
         self.config = config
@@ -55,29 +57,30 @@ class Repeater:
         self._rng = np.random.default_rng([config.seed, 31])
         self._t_first: float | None = None
         self._step: int | None = None
-        self._twice_now = False
+        self._inside = False
         self.n_window_steps = 0
         self.repeated_steps: list[int] = []
         self.phases: dict[str, int] = {}
         """Replayable phase → how many times it ran a second time."""
         self.n_replayable_calls = 0
 
-    def _decide(self, step: int) -> None:
+    def _enter(self, step: int) -> None:
         now = self._clock.now_s()
         if self._t_first is None:
             self._t_first = now
         self._step = step
-        inside = now - self._t_first < self.config.window_s
-        self.n_window_steps += inside
-        self._twice_now = bool(inside and self._rng.random() < self.config.fraction)
+        self._inside = now - self._t_first < self.config.window_s
+        self.n_window_steps += self._inside
 
     def twice(self, step: int, name: str) -> bool:
-        """Whether the replayable phase `name`, about to run in `step`, runs twice."""
+        """Whether the replayable phase `name`, about to run in `step`, runs twice: drawn for
+        each call, so that phases replayed in the same steps are not always doubled together
+        (which would identify only their sum)."""
         if step != self._step:
-            self._decide(step)
+            self._enter(step)
         self.n_replayable_calls += 1
         self.phases.setdefault(name, 0)
-        return self._twice_now
+        return bool(self._inside and self._rng.random() < self.config.fraction)
 
     def repeated(self, step: int, name: str) -> None:
         """`name` ran a second time in `step`."""
