@@ -179,5 +179,5 @@ def test_two_replayable_phases_are_drawn_apart():
     only_b = ((n["a"] == 1) & (n["b"] == 2)).sum()
     both = ((n["a"] == 2) & (n["b"] == 2)).sum()
     assert only_a > 20 and only_b > 20 and both > 20
-    assert rec.repeater.to_json()["repeats_per_phase"] == {"a": int(n["a"].sum() - 200),
-                                                           "b": int(n["b"].sum() - 200)}  # fmt: skip
+    extra = {k: int(n[k].sum() - 200) for k in ("a", "b")}
+    assert rec.repeater.to_json()["repeats_per_phase"] == extra
