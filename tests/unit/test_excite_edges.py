@@ -136,7 +136,7 @@ def test_long_gaps_bring_a_misfit_biased_window_back_to_the_true_one(sim, tmp_pa
     assert 5.0 < edges["excite"]["run_time_overhead_pct"] < 35.0
 
 
-def test_repeating_a_phase_is_read_through_the_counter(sim, tmp_path):
+def test_repeating_a_phase_is_read_through_the_counter(sim, tmp_path, capsys):
     """Phase repetition (the copy through PhaseRecorder.replay, twice in 30 % of the steps) on
     the H200-like simulated GPU: run.json records it, the cost is the second runs' time, and
     the default regression leaves the power buffer's rows out by the repeat rule and resolves
@@ -162,6 +162,16 @@ def test_repeating_a_phase_is_read_through_the_counter(sim, tmp_path):
     assert copy["rep"]["resolved"] and copy["rep"]["inside"], copy
     assert copy["rep"]["hw_pct"] < 0.5 * copy["plain"]["hw_pct"], copy
     assert copy["rep"]["hw_pct"] < 0.5 * copy["forced"]["hw_pct"], copy
+    # The command line says why the buffer rows were left out.
+    from jouleprof.cli.main import main
+
+    fine = tmp_path / "loops" / "user4h@repeat_copy30@h200@w60@30s@s0" / "fine"
+    with pytest.raises(SystemExit) as e:
+        main(["attribute", str(fine), "--method", "regression"])
+    out = capsys.readouterr()
+    assert e.value.code == 0, out.err
+    text = " ".join((out.out + out.err).split())
+    assert "buffer rows: left out, because the run repeated copy in" in text
 
 
 def test_a_repeat_loop_runs_its_replayable_phase_twice_in_some_steps(tmp_path):
