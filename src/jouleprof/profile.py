@@ -43,21 +43,6 @@ log = logging.getLogger(__name__)
 METHODS = ("regression", "proportional")
 
 
-def _excite_config(excite: Any) -> Any:
-    """`profile(excite=...)` as an ExciteConfig or None (True: the defaults)."""
-    if excite is None or excite is False:
-        return None
-    from jouleprof.timeline.excite import ExciteConfig
-
-    if excite is True:
-        return ExciteConfig()
-    if not isinstance(excite, ExciteConfig):
-        raise ValueError(
-            f"excite must be None, True or a jouleprof.ExciteConfig, got {type(excite).__name__}"
-        )
-    return excite
-
-
 class profile:  # noqa: N801 - used as `with jouleprof.profile(...)`, like a function
     """Measure, record phases, attribute and print, around a `with` block.
 
@@ -103,6 +88,8 @@ class profile:  # noqa: N801 - used as `with jouleprof.profile(...)`, like a fun
         excite: Any = None,
         repeat: Any = None,
     ) -> None:
+        from jouleprof.timeline.excite import ExciteConfig
+        from jouleprof.timeline.opt_in import opt_in
         from jouleprof.timeline.repeat import repeat_config
 
         if warmup_steps is not None and warmup_steps < 0:
@@ -119,7 +106,7 @@ class profile:  # noqa: N801 - used as `with jouleprof.profile(...)`, like a fun
         self.simulate = simulate
         self.sync = sync
         self.device = device
-        self.excite = _excite_config(excite)
+        self.excite = opt_in(excite, ExciteConfig, "excite")
         self.repeat = repeat_config(repeat)
         self.measurement: Any = None
         self.recorder: Any = None

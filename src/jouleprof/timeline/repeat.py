@@ -23,6 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from jouleprof.timeline.opt_in import opt_in
+
 
 @dataclass(frozen=True)
 class RepeatConfig:
@@ -102,17 +104,9 @@ class Repeater:
 
 def repeat_config(repeat: Any) -> RepeatConfig | None:
     """`repeat=` as given to `profile` or `PhaseRecorder`: None/False (off), True (the
-    defaults) or a RepeatConfig.
+    defaults) or a RepeatConfig (`timeline.opt_in`).
 
     Raises:
-        ValueError: anything else (as `profile(excite=...)`).
+        ValueError: anything else.
     """
-    if repeat is None or repeat is False:
-        return None
-    if repeat is True:
-        return RepeatConfig()
-    if not isinstance(repeat, RepeatConfig):
-        raise ValueError(
-            f"repeat must be None, True or a jouleprof.RepeatConfig, got {type(repeat).__name__}"
-        )
-    return repeat
+    return opt_in(repeat, RepeatConfig, "repeat")
