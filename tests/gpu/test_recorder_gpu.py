@@ -247,3 +247,37 @@ def test_recorder_inside_measure_writes_spans_on_the_samples_clock(tmp_path):
     assert samples["t_s"].min() <= spans["t0_s"].min()
     assert spans["t1_s"].max() <= samples["t_s"].max()
     assert m.record.extra["phase_recorder"]["mode"] == "cuda-events"
+
+
+def test_replayed_phase_runs_twice_on_the_device_with_event_timed_spans(mats):
+    """`replay` with a RepeatConfig on CUDA events: a drawn step holds two spans of the copy,
+    each timed on the device like the single copies (within 15 %), and run order is kept."""
+    from jouleprof.timeline.repeat import RepeatConfig
+
+    src = torch.ones(1 << 26, device="cuda")  # 256 MiB
+    dst = torch.empty_like(src)
+    rec = PhaseRecorder(MonotonicClock(), repeat=RepeatConfig(fraction=0.5, window_s=60.0))
+    assert rec.mode == "cuda-events"
+    a, b, c = mats
+    for _ in range(40):
+        with rec.step():
+            rec.replay("copy", dst.copy_, src)
+            with rec.phase("gemm"):
+                torch.matmul(a, b, out=c)
+    rec.close()
+    spans = rec.sink.spans
+    per_step: dict[int, list] = {}
+    for s in spans:
+        per_step.setdefault(s.step, []).append(s)
+    twice = [v for v in per_step.values() if sum(s.phase == "copy" for s in v) == 2]
+    assert 5 < len(twice) < 35
+    assert len(twice) == rec.repeater.to_json()["n_repeated_steps"]
+    once = [s.duration_s for v in per_step.values() for s in v
+            if s.phase == "copy" and v not in twice]  # fmt: skip
+    second = [[s for s in v if s.phase == "copy"][1].duration_s for v in twice]
+    ratio = statistics.median(second) / statistics.median(once)
+    _report("replayed_copy_second_over_single", ratio)
+    assert 0.85 < ratio < 1.15, ratio
+    for v in twice:
+        copies = [s for s in v if s.phase == "copy"]
+        assert copies[0].t1_s <= copies[1].t0_s + 1e-6
