@@ -72,10 +72,15 @@ class Scenario:
     span_noise_s: float
     buffer: bool
     idle_w: float = 90.0
+    replay: tuple[str, ...] = ()
+    """Replayable phases (`--repeat`): each runs twice, with chance `repeat_fraction`, in the
+    steps of the run's first 75 %, as `PhaseRecorder.replay` with a `RepeatConfig` would."""
+    repeat_fraction: float = 0.0
     notes: dict = field(default_factory=dict)
 
     def flat(self) -> dict:
-        d = {k: v for k, v in asdict(self).items() if k not in ("phases", "notes")}
+        d = {k: v for k, v in asdict(self).items() if k not in ("phases", "notes", "replay")}
+        d["replay"] = ",".join(self.replay)
         d["n_phases"] = len(self.phases)
         d["step_ms"] = 1e3 * sum(p.duration_s for p in self.phases)
         d["phases"] = ";".join(
@@ -87,8 +92,10 @@ class Scenario:
         return d
 
 
-def draw_scenario(seed: int) -> Scenario:
-    """A random run (the module docstring's ranges), reproducible from `seed`."""
+def draw_scenario(seed: int, repeat_fraction: float = 0.0) -> Scenario:
+    """A random run (the module docstring's ranges), reproducible from `seed`; with
+    `repeat_fraction`, the same run with each phase replayable with chance 1/2 (at least one),
+    drawn apart so that the rest of the scenario is the seed's as without."""
     rng = np.random.default_rng([seed, 14])
     n = int(rng.integers(3, 7))
     phases = []
@@ -115,7 +122,15 @@ def draw_scenario(seed: int) -> Scenario:
         pickup_delay_s=float(rng.uniform(0.5e-3, 6e-3)),
         span_noise_s=float(rng.choice([0.0, 20e-6, 100e-6])),
         buffer=bool(rng.random() < 0.5),
+        replay=_draw_replay(seed, n) if repeat_fraction > 0 else (),
+        repeat_fraction=repeat_fraction,
     )
+
+
+def _draw_replay(seed: int, n_phases: int) -> tuple[str, ...]:
+    rng = np.random.default_rng([seed, 15])
+    chosen = [f"p{i}" for i in range(n_phases) if rng.random() < 0.5]
+    return tuple(chosen) or (f"p{int(rng.integers(0, n_phases))}",)
 
 
 @dataclass
@@ -157,20 +172,30 @@ def simulate(sc: Scenario) -> SimRun:
     names = [p.name for p in sc.phases]
     spans, energy = [], []
     step = 0
+    rep_rng = np.random.default_rng([sc.seed, 16])
+    repeat_until_s = lead_s + 0.75 * sc.run_s
     while sched.end_s < lead_s + sc.run_s:
         row = []
         for ph in sc.phases:
-            d = ph.duration_s * max(0.2, 1.0 + rng.normal(0.0, ph.duration_jitter))
-            t0 = sched.end_s
-            if ph.power2_w is None:
-                draw(d, ph.power_w)
-            else:
-                draw(d / 2, ph.power_w)
-                draw(d / 2, ph.power2_w)
-            t1 = sched.end_s
-            n0, n1 = rng.normal(0.0, sc.span_noise_s, 2) if sc.span_noise_s > 0 else (0.0, 0.0)
-            spans.append(Span(step, ph.name, float(t0 + n0), float(max(t1 + n1, t0 + n0))))
-            row.append(sched.energy_j(t0, t1))
+            twice = (
+                ph.name in sc.replay
+                and sched.end_s < repeat_until_s
+                and rep_rng.random() < sc.repeat_fraction
+            )
+            e = 0.0
+            for _ in range(2 if twice else 1):
+                d = ph.duration_s * max(0.2, 1.0 + rng.normal(0.0, ph.duration_jitter))
+                t0 = sched.end_s
+                if ph.power2_w is None:
+                    draw(d, ph.power_w)
+                else:
+                    draw(d / 2, ph.power_w)
+                    draw(d / 2, ph.power2_w)
+                t1 = sched.end_s
+                n0, n1 = rng.normal(0.0, sc.span_noise_s, 2) if sc.span_noise_s > 0 else (0.0, 0.0)
+                spans.append(Span(step, ph.name, float(t0 + n0), float(max(t1 + n1, t0 + n0))))
+                e += sched.energy_j(t0, t1)
+            row.append(e)
         energy.append(row)
         step += 1
     sched.append(lead_s, sc.idle_w)
@@ -220,16 +245,28 @@ def _buffer(sched, rng, end_s: float):
     return pd.DataFrame({"t_s": t, "device": "gpu0", "power_w": np.round(p, 3)})
 
 
-def attribute_run(sim: SimRun, **cfg_fields):
-    """The regression's result for the simulated run (as `jouleprof attribute` would give it)."""
+def attribute_run(sim: SimRun, replay: tuple[str, ...] = (), **cfg_fields):
+    """The regression's result for the simulated run (as `jouleprof attribute` would give it:
+    where `replay` names repeated phases, with the repeat rule on the buffer rows)."""
+    from dataclasses import replace
+
     from jouleprof.attribution.common import build_timeline, check_spans
     from jouleprof.attribution.regression import RegressionConfig, attribute_regression
+    from jouleprof.attribution.repeat_rule import buffer_decision
 
     check_spans(sim.spans, sim.samples, "gpu0")
     t = sim.samples["t_s"]
     tl = build_timeline(sim.spans, float(t.min()), float(t.max()))
     cfg = RegressionConfig(**cfg_fields)
-    return attribute_regression(sim.samples, tl, "gpu0", cfg, sim.buffer)
+    buffer = sim.buffer
+    if buffer is not None and cfg.use_buffer is None:
+        extra = {"repeat": {"phases": list(replay)}} if replay else {}
+        keep, why = buffer_decision(None, extra, sim.spans, tl.analysed_steps)
+        if not keep:
+            cfg, buffer = replace(cfg, use_buffer=False), None
+    res = attribute_regression(sim.samples, tl, "gpu0", cfg, buffer)
+    res.diagnostics["buffer_rows_used"] = buffer is not None
+    return res
 
 
 def score(sc: Scenario, sim: SimRun, res, min_share_pct: float) -> list[dict]:
@@ -250,6 +287,7 @@ def score(sc: Scenario, sim: SimRun, res, min_share_pct: float) -> list[dict]:
             "duration_ms": 1e3 * sc.phases[j].duration_s,
             "power_w": sc.phases[j].power_w,
             "stepped": sc.phases[j].power2_w is not None,
+            "replayed": name in sc.replay,
             "true_share_pct": share,
             "counted": share >= min_share_pct,
             "truth_j": float(truth[j]),
@@ -266,16 +304,16 @@ def score(sc: Scenario, sim: SimRun, res, min_share_pct: float) -> list[dict]:
     return rows
 
 
-def one(seed: int, min_share_pct: float, cfg_fields: dict) -> tuple[dict, list[dict]]:
+def one(seed: int, min_share_pct: float, cfg_fields: dict, repeat_fraction: float = 0.0):
     """Draw, simulate, attribute and score one run: (run row, phase rows)."""
-    sc = draw_scenario(seed)
+    sc = draw_scenario(seed, repeat_fraction)
     row = {"seed": seed, **sc.flat()}
     t0 = time.perf_counter()
     sim = simulate(sc)
     row["simulate_s"] = time.perf_counter() - t0
     t0, c0 = time.perf_counter(), time.process_time()
     try:
-        res = attribute_run(sim, **cfg_fields)
+        res = attribute_run(sim, sc.replay, **cfg_fields)
     except Exception as e:  # noqa: BLE001 — a failed run is a row
         row["error"] = f"{type(e).__name__}: {e}"[:300]
         return row, []
@@ -286,6 +324,7 @@ def one(seed: int, min_share_pct: float, cfg_fields: dict) -> tuple[dict, list[d
     row["bins"] = bool(res.diagnostics.get("bins"))
     row["block_rows"] = res.diagnostics.get("block_rows")
     row["block_s"] = res.diagnostics.get("block_s")
+    row["buffer_rows_used"] = res.diagnostics.get("buffer_rows_used")
     return row, score(sc, sim, res, min_share_pct)
 
 
@@ -319,6 +358,11 @@ def summarize(phases: list[dict]) -> dict:
         "phase 10-40 ms": [r for r in counted if 10 <= r["duration_ms"] < 40],
         "phase >= 40 ms": [r for r in counted if r["duration_ms"] >= 40],
     }
+    if any(r.get("replayed") for r in counted):
+        groups["replayed"] = [r for r in counted if r.get("replayed")]
+        groups["not replayed"] = [r for r in counted if not r.get("replayed")]
+        groups["buffer rows left out"] = [r for r in counted if r.get("buffer_rows_used") is False
+                                          and r["buffer"]]  # fmt: skip
     return {k: stats(v) for k, v in groups.items()}
 
 
@@ -344,20 +388,21 @@ def _git_commit() -> str | None:
 
 
 def _one_in_budget(args) -> tuple[dict, list[dict]]:
-    seed, min_share_pct, cfg_fields, deadline = args
+    seed, min_share_pct, cfg_fields, deadline, repeat_fraction = args
     if time.time() > deadline:
         return {"seed": seed, "error": "skipped: over --budget-s"}, []
     from threadpoolctl import threadpool_limits
 
     with threadpool_limits(1):
-        return one(int(seed), min_share_pct, cfg_fields)
+        return one(int(seed), min_share_pct, cfg_fields, repeat_fraction)
 
 
-def run_many(seeds, min_share_pct: float, cfg_fields: dict, budget_s: float, jobs=1, log=print):
+def run_many(seeds, min_share_pct: float, cfg_fields: dict, budget_s: float, jobs=1, log=print,
+             repeat_fraction: float = 0.0):  # fmt: skip
     """Every seed's run (until the budget is spent), `jobs` at a time: (run rows, phase rows)."""
     run_rows, phase_rows = [], []
     deadline = time.time() + budget_s
-    tasks = [(int(s), min_share_pct, cfg_fields, deadline) for s in seeds]
+    tasks = [(int(s), min_share_pct, cfg_fields, deadline, repeat_fraction) for s in seeds]
     if jobs > 1:
         import multiprocessing as mp
 
@@ -369,7 +414,8 @@ def run_many(seeds, min_share_pct: float, cfg_fields: dict, budget_s: float, job
         run_rows.append(row)
         if "error" in row and row["error"].startswith("skipped"):
             continue
-        settings = {k: row[k] for k in ("run_s", "drift_rel", "buffer", "n_steps") if k in row}
+        keys = ("run_s", "drift_rel", "buffer", "n_steps", "buffer_rows_used")
+        settings = {k: row[k] for k in keys if k in row}
         phase_rows += [{**r, **settings} for r in rows]
         counted = [r for r in rows if r["counted"] and r["resolved"]]
         drift = 100 * row.get("drift_rel", 0)
@@ -403,6 +449,14 @@ def main(argv: list[str] | None = None) -> None:
         metavar="FIELD=VALUE",
         help="a RegressionConfig field for every run (e.g. min_rel_halfwidth=0.001)",
     )
+    ap.add_argument(
+        "--repeat",
+        type=float,
+        default=0.0,
+        metavar="FRACTION",
+        help="phase repetition: each run's phases replayable with chance 1/2 (at least one), "
+        "each run twice with this chance in the steps of the run's first 75 %% (0: none)",
+    )
     a = ap.parse_args(argv)
     cfg_fields = {}
     for item in a.set:
@@ -424,7 +478,9 @@ def main(argv: list[str] | None = None) -> None:
     }
     t0 = time.monotonic()
     seeds = range(a.seed, a.seed + a.runs)
-    run_rows, phase_rows = run_many(seeds, a.min_share_pct, cfg_fields, a.budget_s, a.jobs)
+    run_rows, phase_rows = run_many(
+        seeds, a.min_share_pct, cfg_fields, a.budget_s, a.jobs, repeat_fraction=a.repeat
+    )
     summary = summarize(phase_rows)
     meta["elapsed_s"] = time.monotonic() - t0
     meta["n_runs_attributed"] = sum("error" not in r for r in run_rows)
