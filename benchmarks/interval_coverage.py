@@ -247,25 +247,23 @@ def _buffer(sched, rng, end_s: float):
 
 def attribute_run(sim: SimRun, replay: tuple[str, ...] = (), **cfg_fields):
     """The regression's result for the simulated run (as `jouleprof attribute` would give it:
-    where `replay` names repeated phases, with the repeat rule on the buffer rows)."""
-    from dataclasses import replace
-
+    where `replay` names repeated phases, under the repeat rule on the buffer rows)."""
     from jouleprof.attribution.common import build_timeline, check_spans
     from jouleprof.attribution.regression import RegressionConfig, attribute_regression
-    from jouleprof.attribution.repeat_rule import buffer_decision
+    from jouleprof.attribution.repeat_rule import fit_with_rule
 
     check_spans(sim.spans, sim.samples, "gpu0")
     t = sim.samples["t_s"]
     tl = build_timeline(sim.spans, float(t.min()), float(t.max()))
     cfg = RegressionConfig(**cfg_fields)
-    buffer = sim.buffer
-    if buffer is not None and cfg.use_buffer is None:
-        extra = {"repeat": {"phases": list(replay)}} if replay else {}
-        keep, why = buffer_decision(None, extra, sim.spans, tl.analysed_steps)
-        if not keep:
-            cfg, buffer = replace(cfg, use_buffer=False), None
-    res = attribute_regression(sim.samples, tl, "gpu0", cfg, buffer)
-    res.diagnostics["buffer_rows_used"] = buffer is not None
+    extra = {"repeat": {"phases": list(replay)}} if replay else {}
+
+    def fit(c, b):
+        return attribute_regression(sim.samples, tl, "gpu0", c, b)
+
+    res = fit_with_rule(fit, cfg, sim.buffer, extra, sim.spans, tl.analysed_steps)
+    left_out = "buffer_rows_left_out" in res.diagnostics
+    res.diagnostics["buffer_rows_used"] = sim.buffer is not None and not left_out
     return res
 
 

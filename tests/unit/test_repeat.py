@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
@@ -12,9 +13,11 @@ import pytest
 import jouleprof
 from jouleprof.attribution.repeat_rule import (
     MIN_REPEATED_STEPS,
-    buffer_decision,
+    fit_with_rule,
     repeated_steps,
+    repetition,
     replayed_phases,
+    window_identified,
 )
 from jouleprof.clock import ManualClock
 from jouleprof.timeline.recorder import PhaseRecorder
@@ -150,16 +153,50 @@ def test_repeated_steps_counts_steps_with_a_replayed_phase_twice():
     assert replayed_phases({}) == () and replayed_phases(None) == ()
 
 
-def test_buffer_rows_are_left_out_only_where_enough_steps_repeated_and_not_forced():
+class _Fit:
+    """A stand-in for the regression: records each call's (use_buffer, buffer) and returns a
+    result whose buffer-window choice has the given neighbour weights."""
+
+    def __init__(self, weights):
+        self.calls = []
+        self.weights = weights
+
+    def __call__(self, cfg, buffer):
+        self.calls.append((cfg.use_buffer, buffer is not None))
+        diag = (
+            {"buffer_window_choice": {"neighbour_weight": self.weights}}
+            if buffer is not None
+            else {}
+        )
+        return SimpleNamespace(notes=[], diagnostics=diag)
+
+
+def test_the_rule_leaves_buffer_rows_out_where_repeated_and_the_window_unidentified():
+    from jouleprof.attribution.regression import RegressionConfig
+
     extra = {"repeat": {"phases": ["copy"]}}
     many = _spans(100, set(range(0, 100, 4)))  # 25 repeated steps
     few = _spans(100, set(range(0, 4 * (MIN_REPEATED_STEPS - 1), 4)))
-    keep, why = buffer_decision(None, extra, many, range(100))
-    assert not keep and "repeated copy in 25 analysed steps" in why and "use_buffer=True" in why
-    assert buffer_decision(None, extra, few, range(100)) == (True, None)
-    assert buffer_decision(None, {}, many, range(100)) == (True, None)  # nothing recorded
-    assert buffer_decision(True, extra, many, range(100)) == (True, None)  # forced
-    assert buffer_decision(False, {}, many, range(100)) == (False, None)
+    cfg, buf = RegressionConfig(), object()
+    assert repetition(extra, many, range(100)) == "copy in 25 analysed steps"
+    assert repetition(extra, few, range(100)) is None and repetition({}, many, range(100)) is None
+
+    flat = _Fit({"0.05": 1.0, "0.075": 1.0})  # the H200's case: neighbours not rejected
+    res = fit_with_rule(flat, cfg, buf, extra, many, range(100))
+    assert flat.calls == [(None, True), (False, False)]
+    assert "left out, because the run repeated copy in 25 analysed steps" in res.notes[0]
+    assert res.diagnostics["buffer_rows_left_out"] == res.notes[0]
+
+    sharp = _Fit({"0.05": 0.3, "0.075": 0.5})  # both neighbours rejected: identified
+    res = fit_with_rule(sharp, cfg, buf, extra, many, range(100))
+    assert sharp.calls == [(None, True)] and "kept although" in res.notes[0]
+
+    for args in ((cfg, buf, extra, few), (cfg, buf, {}, many), (cfg, None, extra, many),
+                 (RegressionConfig(use_buffer=True), buf, extra, many)):  # fmt: skip
+        f = _Fit({"0.05": 1.0})
+        res = fit_with_rule(f, args[0], args[1], args[2], args[3], range(100))
+        assert len(f.calls) == 1 and not res.notes, args[1:]
+    assert window_identified(SimpleNamespace(diagnostics={})) is False
 
 
 def test_two_replayable_phases_are_drawn_apart():

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
-from dataclasses import fields, replace
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -91,17 +91,17 @@ def _record_extra(rd: RunDir) -> dict[str, Any]:
         return {}
 
 
-def _buffer_rule(rd: RunDir, cfg, buffer, spans, tl):
-    """(config, buffer rows, note): where the run repeated phases on purpose and `cfg` leaves
-    the buffer rows to the default, they are left out (`attribution.repeat_rule`)."""
-    if buffer is None or cfg is None or cfg.use_buffer is not None:
-        return cfg, buffer, None
-    from jouleprof.attribution.repeat_rule import buffer_decision
+def _regression(rd: RunDir, samples, tl, dev: str, cfg, buffer, spans) -> DeviceAttribution:
+    """The regression on one device, under the repeat rule (`attribution.repeat_rule`): where
+    the run repeated phases on purpose and the buffer's window is not identified, without the
+    buffer's rows."""
+    from jouleprof.attribution.repeat_rule import fit_with_rule
 
-    keep, why = buffer_decision(None, _record_extra(rd), spans, tl.analysed_steps)
-    if keep:
-        return cfg, buffer, None
-    return replace(cfg, use_buffer=False), None, why
+    def fit(c, b):
+        return attribute_regression(samples, tl, dev, c, b)
+
+    extra = _record_extra(rd) if buffer is not None else {}
+    return fit_with_rule(fit, cfg, buffer, extra, spans, tl.analysed_steps)
 
 
 def _devices(samples, device: str | None) -> list[str]:
@@ -184,11 +184,7 @@ def _attribute(run_dir, method: str, device, warmup_steps, gap_s: float, cfg) ->
         if method == "proportional":
             out.append(attribute_proportional(samples, tl, dev))
         elif method == "regression":
-            dev_cfg, dev_buffer, why = _buffer_rule(rd, cfg, buffer, spans, tl)
-            out.append(attribute_regression(samples, tl, dev, dev_cfg, dev_buffer))
-            if why:
-                out[-1].notes.append(why)
-                out[-1].diagnostics["buffer_rows_left_out"] = why
+            out.append(_regression(rd, samples, tl, dev, cfg, buffer, spans))
             # An unresolved phase says how many steps would resolve it.
             annotate(out[-1], min_rows=cfg.min_rows if cfg is not None else 20)
         else:

@@ -1,16 +1,20 @@
-"""Where a run repeated phases on purpose, the regression fits the energy counter's rows
-without the power buffer's (pure functions over the recorded spans and run.json).
+"""Where a run repeated phases on purpose and its own readings do not identify the power
+buffer's window, the regression fits the energy counter's rows without the buffer's.
 
 Why. A run whose replayable phases ran twice in some steps (`timeline.repeat`) holds steps that
 differ by one more of a phase's energy. The energy counter integrates exactly and needs no
 averaging window, so its rows see that difference and identify the phase. The power buffer's
-rows instead carry a window whose length no run here could identify from its own residuals
-(benchmarks/results/ref_loops), and on an H200-like simulated GPU they outweighed the
-counter's difference: a 15 ms copy repeated in 30 % of 60 s of steps was resolved to
-±2.2–3.3 % of its energy without the buffer rows and ±10.5–11.0 % with them; repeated in
-10 %, ±3.4–5.6 % (benchmarks/results/ref_loops/simulated_repeat). Without repetition the
-counter's rows are near-collinear and the buffer rows stay (they resolve V-JEPA2's 6 ms
-optimizer step).
+rows carry a window whose length no H200 run could identify from its own residuals
+(benchmarks/results/ref_loops: the neighbouring lengths' Δχ² ≤ 1.1), and on a simulated GPU
+made to misfit as the H200 does they outweighed the counter's difference: a 15 ms copy
+repeated in 30 % of 60 s of steps came to +0.3 … +2.4 % (±2.6–3.3 %) of its energy without
+the buffer rows and +7.7 … +8.0 % (±10.4–10.7 %) with them
+(benchmarks/results/ref_loops/simulated_repeat_rule). Where the run's residuals do identify the
+window (each neighbouring length rejected, Δχ² above `regression_choice.WINDOW_CLEAR_CHI2`),
+the buffer rows are right and worth keeping: on simulated runs whose buffer follows the
+regression's kernel, leaving them out raised the median error from 0.04 % to 0.26 %
+(benchmarks/results/interval_coverage, repeat30). Without repetition the counter's rows are
+near-collinear and the buffer rows stay (they resolve V-JEPA2's 6 ms optimizer step).
 
 The rule applies where `RegressionConfig.use_buffer` is None (its default) and the run's
 analysed steps hold at least MIN_REPEATED_STEPS steps with a phase that run.json
@@ -20,13 +24,14 @@ buffer rows whatever was repeated.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 MIN_REPEATED_STEPS = 20
-"""Fewest analysed steps with a repeated phase for the rule to leave the buffer rows out
-(as `RegressionConfig.min_rows`: fewer differences than this carry too little to stand alone;
-the simulated runs above had 130–400)."""
+"""Fewest analysed steps with a repeated phase for the rule to consider leaving the buffer rows
+out (as `RegressionConfig.min_rows`: fewer differences than this carry too little to stand
+alone; the simulated runs above had 130–400)."""
 
 
 def replayed_phases(extra: Mapping[str, Any] | None) -> tuple[str, ...]:
@@ -52,23 +57,54 @@ def repeated_steps(spans, phases: Iterable[str], steps: Iterable[int]) -> list[i
     return sorted({int(s) for s in twice})
 
 
-def buffer_decision(
-    use_buffer: bool | None, extra: Mapping[str, Any] | None, spans, steps: Iterable[int]
-) -> tuple[bool, str | None]:
-    """(whether the buffer rows may be used, the note saying why not or None).
-
-    `use_buffer` is the configuration's (`RegressionConfig.use_buffer`), `extra` the run
-    record's, `spans` spans.csv, `steps` the analysed steps."""
-    if use_buffer is not None:
-        return bool(use_buffer), None
+def repetition(extra: Mapping[str, Any] | None, spans, steps: Iterable[int]) -> str | None:
+    """A description of the run's repetition ("copy in 130 analysed steps") where it is enough
+    for the rule (≥ MIN_REPEATED_STEPS analysed steps with a replayed phase twice); else None."""
     phases = replayed_phases(extra)
     if not phases:
-        return True, None
+        return None
     n = len(repeated_steps(spans, phases, steps))
     if n < MIN_REPEATED_STEPS:
-        return True, None
-    return False, (
-        f"buffer rows: left out, because the run repeated {', '.join(phases)} in {n} analysed "
-        "steps and the energy counter's rows identify them (pass use_buffer=True, or "
-        "--buffer-rows, to keep them)"
+        return None
+    return f"{', '.join(phases)} in {n} analysed steps"
+
+
+def window_identified(res: Any) -> bool:
+    """Whether a fit with the buffer rows found the buffer window's length identified by its
+    own residuals: every neighbouring length tried was rejected (its weight below 1,
+    `regression_choice`)."""
+    choice = res.diagnostics.get("buffer_window_choice") or {}
+    weights = choice.get("neighbour_weight") or {}
+    return bool(weights) and all(float(w) < 1.0 for w in weights.values())
+
+
+def fit_with_rule(
+    fit: Callable[[Any, Any], Any], cfg: Any, buffer: Any, extra: Mapping[str, Any] | None,
+    spans: Any, steps: Iterable[int],
+) -> Any:  # fmt: skip
+    """`fit(cfg, buffer)` (a DeviceAttribution) under the rule: where `cfg.use_buffer` is None,
+    the run recorded enough repetition and its buffer rows leave the window unidentified, the
+    fit again without the buffer rows, with a note (and ``diagnostics["buffer_rows_left_out"]``)
+    saying why; otherwise the fit as asked (with a note where repetition was recorded and the
+    buffer rows were kept)."""
+    if buffer is None or cfg is None or cfg.use_buffer is not None:
+        return fit(cfg, buffer)
+    what = repetition(extra, spans, steps)
+    with_buffer = fit(cfg, buffer)
+    if what is None:
+        return with_buffer
+    if window_identified(with_buffer):
+        with_buffer.notes.append(
+            f"buffer rows: kept although the run repeated {what}, because its residuals "
+            "identify the buffer's window"
+        )
+        return with_buffer
+    res = fit(replace(cfg, use_buffer=False), None)
+    why = (
+        f"buffer rows: left out, because the run repeated {what}, which the energy counter's "
+        "rows identify, and its residuals do not identify the buffer's window (pass "
+        "use_buffer=True, or --buffer-rows, to keep them)"
     )
+    res.notes.append(why)
+    res.diagnostics["buffer_rows_left_out"] = why
+    return res
