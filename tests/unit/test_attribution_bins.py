@@ -61,6 +61,38 @@ def test_long_phases_are_cut_into_equal_bins_within_every_step():
         bin_counts(tl, 0.0)
 
 
+def test_a_replayed_phase_is_cut_per_run_not_across_its_repeats():
+    """A 40 ms phase run once in most steps and twice in 4 of 10 (`replay`): its bins come from
+    its time per run (2 of 20 ms, not more for the repeats), and in a repeated step each run
+    gets both bins, so that bin 1 is always a run's start."""
+    rows, t = [], 1.0
+    for step in range(10):
+        rows.append((step, "data", t, t + 0.005))
+        t += 0.005
+        for _ in range(2 if step in (1, 3, 5, 7) else 1):
+            rows.append((step, "copy", t, t + 0.040))
+            t += 0.040
+        rows.append((step, "gemm", t, t + 0.010))
+        t += 0.010
+    spans = pd.DataFrame(rows, columns=["step", "phase", "t0_s", "t1_s"])
+    tl = build_timeline(spans, 0.0, t + 1.0, warmup_steps=0)
+    assert list(tl.repeated) == ["copy"] and tl.repeated["copy"].tolist() == [
+        2 if s in (1, 3, 5, 7) else 1 for s in range(10)
+    ]
+    assert bin_counts(tl, 0.020) == {"copy": 2}  # per run, though 56 ms a step on average
+    out = split_bins(tl, 0.020).timeline
+    c0 = tl.step_extents_s[3][0] + 0.005  # step 3: copy, copy
+    for i, name in enumerate(["copy#1", "copy#2", "copy#1", "copy#2"]):
+        ov = out.overlap_s(np.array([c0 + 0.020 * i]), np.array([c0 + 0.020 * (i + 1)]))[0]
+        assert ov[out.names.index(name)] == pytest.approx(0.020), (i, name)
+    c0 = tl.step_extents_s[4][0] + 0.005  # a plain step: one run, both bins
+    for i, name in enumerate(["copy#1", "copy#2"]):
+        ov = out.overlap_s(np.array([c0 + 0.020 * i]), np.array([c0 + 0.020 * (i + 1)]))[0]
+        assert ov[out.names.index(name)] == pytest.approx(0.020)
+    assert out.time_s["copy#1"] == pytest.approx(out.time_s["copy#2"])
+    assert out.repeated.keys() == tl.repeated.keys()
+
+
 # A backward whose power steps from 380 to 680 W halfway through, recorded as one phase,
 # then the short optimizer and EMA.
 PHASES = [

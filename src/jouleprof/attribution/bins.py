@@ -12,10 +12,13 @@ and +7 %.
 Each recorded phase whose time per step is at least 1.5 × `bin_s` is cut into
 k = round(time per step / bin_s) bins of equal time within every step: its first k-th in
 the step is "name#1", and so on (a phase in several segments in a step, such as a parent
-around its children, is cut along its own time, wherever the segments lie). Each bin is a
-column of the fit; the phase's energy is the sum of its bins', so its interval comes from
-the same fit and bootstrap (bins that trade energy cancel in the sum). Short phases are
-left whole: they are what the bins are for.
+around its children, is cut along its own time, wherever the segments lie). A phase that runs
+once in most steps and twice or more in some (a replayed phase, `Timeline.repeated`) is cut
+per run instead: k from its time per run, and in a step with n runs its time there is taken
+as n equal runs, each cut into the same k bins, so that "name#1" is the start of every run.
+Each bin is a column of the fit; the phase's energy is the sum of its bins', so its interval
+comes from the same fit and bootstrap (bins that trade energy cancel in the sum). Short phases
+are left whole: they are what the bins are for.
 """
 
 from __future__ import annotations
@@ -60,7 +63,8 @@ def bin_counts(tl: Timeline, bin_s: float) -> dict[str, int]:
     for name in tl.order:
         if name in skip or BIN_SEP in name:
             continue
-        k = int(round(tl.time_s.get(name, 0.0) / n_steps / bin_s))
+        runs = int(tl.repeated[name].sum()) if name in tl.repeated else n_steps
+        k = int(round(tl.time_s.get(name, 0.0) / max(runs, 1) / bin_s))
         if k >= 2:
             out[name] = k
     return out
@@ -88,6 +92,7 @@ def split_bins(tl: Timeline, bin_s: float) -> BinSplit:
         names += members[name]
     index = {nm: j for j, nm in enumerate(names)}
     binned = {tl.names.index(nm): nm for nm in k_of}
+    reps = {j: np.maximum(tl.repeated[nm], 1) for j, nm in binned.items() if nm in tl.repeated}
 
     edges, labels = tl.edges_s, tl.labels
     dur = np.diff(edges)
@@ -115,21 +120,23 @@ def split_bins(tl: Timeline, bin_s: float) -> BinSplit:
             new_labels.append(index[tl.names[j]])
             continue
         k = k_of[binned[j]]
+        runs = reps[j][step[i]] if j in reps else 1  # equal runs, each cut into the k bins
+        last = k * runs - 1
         t_step = float(total[j][step[i]])
-        width = t_step / k
+        width = t_step / (k * runs)
         c0 = float(before[i])
-        m0 = min(int(c0 // width), k - 1)
+        m0 = min(int(c0 // width), last)
         t = a
         m = m0
         while True:
             cut = a + (m + 1) * width - c0  # where this segment leaves bin m
-            if m == k - 1 or cut >= b - 1e-15:
+            if m == last or cut >= b - 1e-15:
                 new_edges.append(b)
-                new_labels.append(index[members[binned[j]][m]])
+                new_labels.append(index[members[binned[j]][m % k]])
                 break
             if cut > t:
                 new_edges.append(cut)
-                new_labels.append(index[members[binned[j]][m]])
+                new_labels.append(index[members[binned[j]][m % k]])
                 t = cut
             m += 1
 

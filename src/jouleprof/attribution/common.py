@@ -204,6 +204,11 @@ class Timeline:
     counts: dict[str, int] = field(default_factory=dict)
     inclusive_time_s: dict[str, float] = field(default_factory=dict)
     order: list[str] = field(default_factory=list)
+    repeated: dict[str, np.ndarray] = field(default_factory=dict)
+    """Phases that run once in most analysed steps and more often in some (a replayed phase,
+    `timeline.repeat`): phase → its number of spans in each analysed step (in the order of
+    analysed_steps). Bins cut such a phase per run, not across the step's total
+    (`attribution.bins`)."""
     weights: np.ndarray | None = None
     """(segments, names): how each segment's time is shared among the names; None: all of
     it to its label. A segment may be split, e.g. between a phase's work and the host stalls
@@ -255,6 +260,7 @@ class Timeline:
         (counts and inclusive times are copied unless given)."""
         fields.setdefault("counts", dict(self.counts))
         fields.setdefault("inclusive_time_s", dict(self.inclusive_time_s))
+        fields.setdefault("repeated", dict(self.repeated))
         return Timeline(
             np.asarray(edges_s, dtype=float),
             np.asarray(labels, dtype=int),
@@ -614,4 +620,21 @@ def build_timeline(
             counts[phase] = counts.get(phase, 0) + 1
             incl[phase] = incl.get(phase, 0.0) + (t1 - t0)
     tl.counts, tl.inclusive_time_s = counts, incl
+    tl.repeated = _repeated(by_step, analysed)
     return tl
+
+
+def _repeated(by_step, analysed: list[int]) -> dict[str, np.ndarray]:
+    """`Timeline.repeated`: per phase run once in most analysed steps and more in some, its
+    spans in each analysed step."""
+    per: dict[str, np.ndarray] = {}
+    for i, s in enumerate(analysed):
+        for phase, _, _ in by_step[s]:
+            if phase not in per:
+                per[phase] = np.zeros(len(analysed), dtype=int)
+            per[phase][i] += 1
+    out = {}
+    for phase, n in per.items():
+        if n.max() > 1 and np.median(n) == 1:
+            out[phase] = n
+    return out
