@@ -11,9 +11,9 @@ repeated in 30 % of 60 s of steps came to +0.3 … +2.4 % (±2.6–3.3 %) of its
 the buffer rows and +7.7 … +8.0 % (±10.4–10.7 %) with them
 (benchmarks/results/ref_loops/simulated_repeat_rule). Where the run's residuals do identify the
 window (each neighbouring length rejected, Δχ² above `regression_choice.WINDOW_CLEAR_CHI2`),
-the buffer rows are right and worth keeping: on simulated runs whose buffer follows the
-regression's kernel, leaving them out raised the median error from 0.04 % to 0.26 %
-(benchmarks/results/interval_coverage, repeat30). Without repetition the counter's rows are
+the buffer rows are right and worth keeping: on the simulated runs whose buffer follows the
+regression's kernel and whose window was identified, leaving them out raised the median
+error from 0.04 % to 0.19 % (benchmarks/results/interval_coverage, repeat30). Without repetition the counter's rows are
 near-collinear and the buffer rows stay (they resolve V-JEPA2's 6 ms optimizer step).
 
 The rule applies where `RegressionConfig.use_buffer` is None (its default) and the run's
