@@ -148,7 +148,8 @@ def text(u: UnresolvedNeed) -> str:
             return (
                 f"more steps alone will not resolve it: ±{pct_text(100 * u.fixed_rel)}% of its "
                 "interval is the sensor model's spread and the bin/buffer-window moves, which "
-                "do not shrink with steps (excitation varies the step: docs/excitation.md)"
+                "do not shrink with steps (excitation varies the step, and a phase with no "
+                "side effects can be replayed: docs/excitation.md)"
             )
         return "no estimate to scale: how many steps it needs is unknown"
     at_least = "at least " if u.lower_bound else ""
