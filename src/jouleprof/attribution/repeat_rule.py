@@ -13,8 +13,9 @@ the buffer rows and +7.7 … +8.0 % (±10.4–10.7 %) with them
 window (each neighbouring length rejected, Δχ² above `regression_choice.WINDOW_CLEAR_CHI2`),
 the buffer rows are right and worth keeping: on the simulated runs whose buffer follows the
 regression's kernel and whose window was identified, leaving them out raised the median
-error from 0.04 % to 0.19 % (benchmarks/results/interval_coverage, repeat30). Without repetition the counter's rows are
-near-collinear and the buffer rows stay (they resolve V-JEPA2's 6 ms optimizer step).
+error from 0.04 % to 0.19 % (benchmarks/results/interval_coverage, repeat30). Without
+repetition the counter's rows are near-collinear and the buffer rows stay (they resolve
+V-JEPA2's 6 ms optimizer step).
 
 The rule applies where `RegressionConfig.use_buffer` is None (its default) and the run's
 analysed steps hold at least MIN_REPEATED_STEPS steps with a phase that run.json
