@@ -85,8 +85,9 @@ def test_hf_trainer_callback_marks_steps(tmp_path, hooks, excite):
         assert names == _with_gaps(expect, excite)
 
 
-@pytest.mark.parametrize("excite", [False, True])
-def test_lightning_callback_marks_steps(tmp_path, excite):
+def _lightning_fit(tmp_path, rec, prepare=None) -> None:
+    """Three steps of a tiny Lightning model on CPU with jouleprof's callback on `rec`;
+    `prepare(x)`, where given, runs first in training_step."""
     torch = pytest.importorskip("torch")
     try:
         import lightning.pytorch as pl
@@ -101,13 +102,14 @@ def test_lightning_callback_marks_steps(tmp_path, excite):
 
         def training_step(self, batch, batch_idx):
             x, y = batch
+            if prepare is not None:
+                x = prepare(x)
             return torch.nn.functional.mse_loss(self.lin(x).squeeze(-1), y)
 
         def configure_optimizers(self):
             return torch.optim.SGD(self.parameters(), lr=0.1)
 
     ds = torch.utils.data.TensorDataset(torch.randn(8, 4), torch.randn(8))
-    rec = PhaseRecorder(MonotonicClock(), device="cpu", excite=EVERY_BOUNDARY if excite else None)
     trainer = pl.Trainer(
         max_steps=3,
         accelerator="cpu",
@@ -120,6 +122,12 @@ def test_lightning_callback_marks_steps(tmp_path, excite):
     )
     trainer.fit(Tiny(), torch.utils.data.DataLoader(ds, batch_size=2))
     rec.close()
+
+
+@pytest.mark.parametrize("excite", [False, True])
+def test_lightning_callback_marks_steps(tmp_path, excite):
+    rec = PhaseRecorder(MonotonicClock(), device="cpu", excite=EVERY_BOUNDARY if excite else None)
+    _lightning_fit(tmp_path, rec)
     steps = _phases_by_step(rec.sink.spans)
     assert sorted(steps) == [0, 1, 2]
     for names in steps.values():
@@ -132,43 +140,12 @@ def test_replay_inside_a_lightning_training_step_repeats_a_nested_phase(tmp_path
     """`rec.replay` called from training_step, on the recorder given to the callback: a phase
     nested in the callback's forward, run twice in the drawn steps (here every step)."""
     torch = pytest.importorskip("torch")
-    try:
-        import lightning.pytorch as pl
-    except ImportError:
-        pl = pytest.importorskip("pytorch_lightning")
-    from jouleprof.integrations.lightning import lightning_callback
     from jouleprof.timeline.repeat import RepeatConfig
 
     rec = PhaseRecorder(
         MonotonicClock(), device="cpu", repeat=RepeatConfig(fraction=1.0, window_s=600.0)
     )
-
-    class Tiny(pl.LightningModule):
-        def __init__(self):
-            super().__init__()
-            self.lin = torch.nn.Linear(4, 1)
-
-        def training_step(self, batch, batch_idx):
-            x, y = batch
-            x = rec.replay("augment", torch.flip, x, (0,))
-            return torch.nn.functional.mse_loss(self.lin(x).squeeze(-1), y)
-
-        def configure_optimizers(self):
-            return torch.optim.SGD(self.parameters(), lr=0.1)
-
-    ds = torch.utils.data.TensorDataset(torch.randn(8, 4), torch.randn(8))
-    trainer = pl.Trainer(
-        max_steps=3,
-        accelerator="cpu",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        callbacks=[lightning_callback(rec)],
-        default_root_dir=str(tmp_path),
-    )
-    trainer.fit(Tiny(), torch.utils.data.DataLoader(ds, batch_size=2))
-    rec.close()
+    _lightning_fit(tmp_path, rec, lambda x: rec.replay("augment", torch.flip, x, (0,)))
     steps = _phases_by_step(rec.sink.spans)
     assert sorted(steps) == [0, 1, 2]
     for names in steps.values():
