@@ -199,3 +199,16 @@ def test_a_repeat_loop_runs_its_replayable_phase_twice_in_some_steps(tmp_path):
     rec = json.loads((tmp_path / "fine" / "run.json").read_text())
     assert rec["extra"]["repeat"]["phases"] == ["copy"]
     assert rec["extra"]["repeat"]["n_repeated_steps"] == len(twice)
+
+
+def test_a_repeats_marginal_energy_is_one_run_where_nothing_throttles(sim, tmp_path):
+    """benchmarks/repeat_marginal.py on a simulated infer_h run whose loss repeats: on flat
+    power, a step that repeats the loss holds one more loss run's energy, the others
+    unchanged."""
+    rm = _mod("repeat_marginal")
+    sim.run_one(tmp_path, "infer_h", "repeat_loss30", "flat", 0, 20.0, 60.0)
+    fine = tmp_path / "loops" / "infer_h@repeat_loss30@flat@w60@20s@s0" / "fine"
+    m = rm.marginal(fine, "loss_fp32")
+    assert m["n_repeated"] > 20 and m["n_once"] > 20
+    assert abs(m["marginal_vs_run_pct"]) < 1.0, m
+    assert all(abs(v) < 0.01 * m["per_run_j"] for v in m["neighbours_change_j"].values()), m
