@@ -218,3 +218,13 @@ def test_two_replayable_phases_are_drawn_apart():
     assert only_a > 20 and only_b > 20 and both > 20
     extra = {k: int(n[k].sum() - 200) for k in ("a", "b")}
     assert rec.repeater.to_json()["repeats_per_phase"] == extra
+
+
+def test_a_null_recorder_runs_a_replayed_phase_once():
+    from jouleprof.timeline.markers import NullRecorder
+
+    calls = []
+    rec = NullRecorder()
+    with rec.step():
+        assert rec.replay("copy", lambda x: calls.append(x) or x, 3) == 3
+    assert calls == [3]

@@ -7,8 +7,9 @@ training code runs in every measurement mode.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from typing import Protocol
+from typing import Any, Protocol
 
 
 class PhaseMarker(Protocol):
@@ -36,3 +37,8 @@ class NullRecorder:
 
     def phase(self, name: str) -> AbstractContextManager[object]:
         return nullcontext()
+
+    def replay(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run `fn` once (`PhaseRecorder.replay` without repetition), so a loop written with
+        `replay` runs unchanged when nothing is recorded."""
+        return fn(*args, **kwargs)
