@@ -125,6 +125,9 @@ class SwitchableMarker:
     def phase(self, name: str):
         return (self.inner if self.active else self._null).phase(name)
 
+    def replay(self, name: str, fn, *args, **kwargs):
+        return (self.inner if self.active else self._null).replay(name, fn, *args, **kwargs)
+
 
 @dataclass
 class _StepLog:
