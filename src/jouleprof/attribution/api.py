@@ -91,16 +91,15 @@ def _record_extra(rd: RunDir) -> dict[str, Any]:
         return {}
 
 
-def _regression(rd: RunDir, samples, tl, dev: str, cfg, buffer, spans) -> DeviceAttribution:
+def _regression(samples, tl, dev: str, cfg, buffer, spans, extra) -> DeviceAttribution:
     """The regression on one device, under the repeat rule (`attribution.repeat_rule`): where
-    the run repeated phases on purpose and the buffer's window is not identified, without the
-    buffer's rows."""
+    the run repeated phases on purpose (run.json's `extra`) and the buffer's window is not
+    identified, without the buffer's rows."""
     from jouleprof.attribution.repeat_rule import fit_with_rule
 
     def fit(c, b):
         return attribute_regression(samples, tl, dev, c, b)
 
-    extra = _record_extra(rd) if buffer is not None else {}
     return fit_with_rule(fit, cfg, buffer, extra, spans, tl.analysed_steps)
 
 
@@ -173,6 +172,7 @@ def _attribute(run_dir, method: str, device, warmup_steps, gap_s: float, cfg) ->
         spans = _read_spans(rd)
         samples = rd.read_samples()
         buffer = _read_buffer(rd, cfg) if method == "regression" else None
+        extra = _record_extra(rd) if buffer is not None else {}  # the repeat rule's input
     devices = _devices(samples, device)
     out: list[DeviceAttribution] = []
     for dev in devices:
@@ -184,7 +184,7 @@ def _attribute(run_dir, method: str, device, warmup_steps, gap_s: float, cfg) ->
         if method == "proportional":
             out.append(attribute_proportional(samples, tl, dev))
         elif method == "regression":
-            out.append(_regression(rd, samples, tl, dev, cfg, buffer, spans))
+            out.append(_regression(samples, tl, dev, cfg, buffer, spans, extra))
             # An unresolved phase says how many steps would resolve it.
             annotate(out[-1], min_rows=cfg.min_rows if cfg is not None else 20)
         else:

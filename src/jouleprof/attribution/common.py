@@ -613,28 +613,16 @@ def build_timeline(
     tl.time_s = {k: v for k, v in tl.time_s.items() if v > 0 or k != IDLE}
     has_idle = tl.time_s.get(IDLE, 0.0) > 0
     tl.order = order + ([IDLE] if has_idle else [])
-    counts: dict[str, int] = {}
     incl: dict[str, float] = {}
-    for s in analysed:
-        for phase, t0, t1 in by_step[s]:
-            counts[phase] = counts.get(phase, 0) + 1
-            incl[phase] = incl.get(phase, 0.0) + (t1 - t0)
-    tl.counts, tl.inclusive_time_s = counts, incl
-    tl.repeated = _repeated(by_step, analysed)
-    return tl
-
-
-def _repeated(by_step, analysed: list[int]) -> dict[str, np.ndarray]:
-    """`Timeline.repeated`: per phase run once in most analysed steps and more in some, its
-    spans in each analysed step."""
-    per: dict[str, np.ndarray] = {}
+    per_step: dict[str, np.ndarray] = {}  # each phase's spans in each analysed step
     for i, s in enumerate(analysed):
-        for phase, _, _ in by_step[s]:
-            if phase not in per:
-                per[phase] = np.zeros(len(analysed), dtype=int)
-            per[phase][i] += 1
-    out = {}
-    for phase, n in per.items():
-        if n.max() > 1 and np.median(n) == 1:
-            out[phase] = n
-    return out
+        for phase, t0, t1 in by_step[s]:
+            incl[phase] = incl.get(phase, 0.0) + (t1 - t0)
+            if phase not in per_step:
+                per_step[phase] = np.zeros(len(analysed), dtype=int)
+            per_step[phase][i] += 1
+    tl.counts = {phase: int(n.sum()) for phase, n in per_step.items()}
+    tl.inclusive_time_s = incl
+    # Run once in most analysed steps and more in some: a replayed phase.
+    tl.repeated = {phase: n for phase, n in per_step.items() if n.max() > 1 and np.median(n) == 1}
+    return tl

@@ -64,7 +64,6 @@ class Repeater:
         self.repeated_steps: list[int] = []
         self.phases: dict[str, int] = {}
         """Replayable phase → how many times it ran a second time."""
-        self.n_replayable_calls = 0
 
     def _enter(self, step: int) -> None:
         now = self._clock.now_s()
@@ -80,7 +79,6 @@ class Repeater:
         (which would identify only their sum)."""
         if step != self._step:
             self._enter(step)
-        self.n_replayable_calls += 1
         self.phases.setdefault(name, 0)
         return bool(self._inside and self._rng.random() < self.config.fraction)
 
