@@ -201,8 +201,9 @@ REPEATS: dict[str, tuple[tuple[str, ...], float]] = {
     "repeat_loss30": (("loss_fp32",), 0.30),
 }
 """Phase repetition as excitation (the issue's other kind: phases repeated where they are
-replayable): in `fraction` of the steps in the first 75 % of the run, each named phase runs
-twice back to back, each run its own span of that phase. Settings beside SETTINGS."""
+replayable): in the steps of the run's first 75 %, each named phase runs twice back to back
+with chance `fraction` (drawn for each phase and step), each run its own span of that phase.
+Settings beside SETTINGS."""
 
 
 class Driver:

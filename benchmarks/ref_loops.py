@@ -25,8 +25,9 @@ callbacks, which open their phases on the same `PhaseRecorder`). `<loop>_edges` 
 long gaps instead (`edges_config`: `ExciteConfig.edges`, sync gaps of 40-150 ms in 10 % of the
 steps in the first 75 %: load→idle→load edges longer than the power buffer's window, a test of
 whether they identify the window's length; benchmarks/edge_excite_sim.py). `<loop>_repeat`
-runs the base loop's replayable phases (user4's copy) twice back to back in 30 % of the steps
-in the first 75 % (`loop_repeat`; benchmarks/results/ref_loops/simulated_repeat). Each is an
+runs each of the base loop's replayable phases (user4's copy) twice back to back with chance
+30 % in the steps of the first 75 % (`loop_repeat`; benchmarks/results/ref_loops/
+simulated_repeat_rule). Each is an
 excited loop: its references are its base loop's: it makes none when the base loop runs in the
 same call (the evaluation reads loops/<base>/ref), and its own (ref/, replayed without
 excitation) when it does not. `--excite-s` is each excited loop's fine measurement, reserved
@@ -70,8 +71,9 @@ EDGES_SUFFIX = "_edges"
 REPEAT_SUFFIX = "_repeat"
 EXCITED_SUFFIXES = (EXCITE_SUFFIX, EDGES_SUFFIX, REPEAT_SUFFIX)
 REPEAT_FRACTION = 0.30
-"""Share of a `<loop>_repeat` run's window steps whose replayable phases run twice
-(benchmarks/results/ref_loops/simulated_repeat: 10 % and 30 % were simulated)."""
+"""Chance that a replayable phase of a `<loop>_repeat` run's window step runs twice (drawn for
+each phase and step; benchmarks/results/ref_loops/simulated_repeat_rule: 10 % and 30 % were
+simulated)."""
 EDGES_FRACTION = 0.10
 """Share of an `<loop>_edges` run's window steps that get long gaps (benchmarks/results/
 ref_loops/simulated_edges: 5 % and 10 % were simulated; 10 % gives the edges their best chance

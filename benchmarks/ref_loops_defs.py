@@ -31,8 +31,6 @@ from collections.abc import Callable
 from typing import Any
 
 Call = Callable[[bool], None]
-
-
 MIN_STEPS = 5
 """The framework loops run at least this many steps, whatever the time (a slow first step)."""
 
@@ -147,7 +145,7 @@ class User4(Loop):
 
     name = "user4"
     target_ms = {"gemm": 29.0, "copy": 15.0, "spin": 6.0}
-    replayable = ("copy",)  # idempotent kernels; the copy is the phase repetition is tried on
+    replayable = ("copy",)  # idempotent kernels; the copy is what repetition is tried on
 
     def build(self) -> None:
         torch = self.torch
