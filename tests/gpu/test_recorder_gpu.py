@@ -67,14 +67,15 @@ LONG = (("forward", 8), ("backward", 16), ("optimizer", 6))
 def test_event_durations_match_synchronized_timing(mats):
     clock = MonotonicClock()
     ev = PhaseRecorder(clock)
-    assert ev.mode == "cuda-events"
-    for _ in range(20):
-        _step(ev, mats, LONG)
-    ev.close()
     sy = PhaseRecorder(clock, sync=True)
-    assert sy.mode == "cuda-sync"
-    for _ in range(20):
-        _step(sy, mats, LONG)
+    assert (ev.mode, sy.mode) == ("cuda-events", "cuda-sync")
+    # Interleaved step by step: run one after the other, the two timings also held the
+    # clocks' drift between them (after the suite's earlier loads, the H200 ran the second
+    # set 2.5–3 % slower in every phase, gpu_tests_81638bf.txt, a share of each phase that
+    # the constant-latency check below then refused).
+    for i in range(40):
+        _step(ev if i % 2 == 0 else sy, mats, LONG)
+    ev.close()
     sy.close()
     d_ev, d_sy = _durations(ev.sink.spans), _durations(sy.sink.spans)
     _report("median_phase_s_events", d_ev)

@@ -145,3 +145,90 @@ def test_probe_workers_run_served_or_plain_with_their_exit_codes_and_timeouts(pr
             assert rc == -9 and why.startswith("timed out")
     finally:
         server.close()
+
+
+def test_deferred_packages_are_refused_while_preloading_and_imported_by_the_cell(probe_dir):
+    """A package that initializes CUDA on import (bitsandbytes, imported by `import peft`) must
+    not be imported by the server, or it could not fork; the cell imports it afterwards, and
+    an availability check made while preloading still finds it."""
+    pkg = probe_dir / "cudaish"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text(
+        "import os\nwith open('imported_by.txt', 'a') as f:\n    f.write(f'{os.getpid()}\\n')\n"
+    )
+    (probe_dir / "optional_user.py").write_text(
+        textwrap.dedent(
+            """
+            import importlib.util
+            try:
+                import cudaish
+                HAVE = True
+            except ImportError:
+                HAVE = False
+            FOUND = importlib.util.find_spec("cudaish") is not None
+            """
+        )
+    )
+    (probe_dir / "defercheck.py").write_text(
+        textwrap.dedent(
+            """
+            import json, os, sys
+            preloaded = "optional_user" in sys.modules
+            import optional_user
+            before = "cudaish" in sys.modules
+            import cudaish
+            print(json.dumps({"pid": os.getpid(), "preloaded": preloaded,
+                              "have": optional_user.HAVE, "found": optional_user.FOUND,
+                              "before": before}))
+            """
+        )
+    )
+    server = CellServer(["optional_user"], probe_dir / "server.log", deferred=("cudaish",))
+    try:
+        assert server.loaded == ["optional_user"]
+        assert not (probe_dir / "imported_by.txt").exists()  # the server never ran it
+        d = _cell_dir(probe_dir, "c")
+        assert run_process([sys.executable, "-m", "defercheck"], d, 30, server=server) == 0
+        got = json.loads((d / "cell.log").read_text().strip().splitlines()[-1])
+    finally:
+        server.close()
+    # Preloaded, its optional import saw "not installed", its availability check saw the
+    # package, and the cell imported the package itself: only the cell's pid is recorded.
+    assert got["preloaded"] is True and got["have"] is False and got["found"] is True
+    assert got["before"] is False
+    assert (probe_dir / "imported_by.txt").read_text().split() == [str(got["pid"])]
+
+
+def test_without_deferral_the_preload_imports_the_package(probe_dir):
+    """The control for the test above: the same preload with nothing deferred imports it."""
+    pkg = probe_dir / "cudaish"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text(
+        "import os\nwith open('imported_by.txt', 'a') as f:\n    f.write(f'{os.getpid()}\\n')\n"
+    )
+    (probe_dir / "optional_user.py").write_text(
+        "try:\n    import cudaish\nexcept ImportError:\n    pass\n"
+    )
+    server = CellServer(["optional_user"], probe_dir / "server.log", deferred=())
+    try:
+        assert (probe_dir / "imported_by.txt").read_text().split() == [str(server._p.pid)]
+    finally:
+        server.close()
+
+
+def test_the_server_defers_bitsandbytes_unless_told_otherwise(monkeypatch):
+    from jouleprof.bench import cellserver
+
+    seen = []
+    monkeypatch.setattr(
+        cellserver, "serve", lambda preload, deferred: seen.append((preload, deferred))
+    )
+    cellserver.main(["torch", "peft"])
+    cellserver.main(["torch", "--defer=a,b"])
+    cellserver.main(["torch", "--defer="])
+    assert seen == [
+        (["torch", "peft"], cellserver.DEFERRED),
+        (["torch"], ["a", "b"]),
+        (["torch"], []),
+    ]
+    assert "bitsandbytes" in cellserver.DEFERRED

@@ -11,7 +11,14 @@ has those modules loaded.
 The server never touches CUDA: a process that has initialized CUDA cannot hand it to a forked
 child. It refuses to serve if a preloaded module initialized it, and the executor then starts
 plain processes, as it does for anything that is not `python -m MODULE` (torchrun launches, other
-programs). Modules that may probe the GPU when imported (bitsandbytes) are not preloaded.
+programs). Packages that initialize CUDA when imported (bitsandbytes, `DEFERRED`) are deferred:
+while the server preloads, importing them raises ImportError, so a library that imports them
+optionally (peft does, from `import peft`, wherever bitsandbytes is installed) takes its
+"not installed" path for that import only; `importlib.util.find_spec` still finds them, so
+availability checks (peft's `is_bnb_available`, transformers') answer as they would in a plain
+process. A cell imports them itself after the fork. The one difference left in a served cell:
+the module-level `bnb` of `peft.helpers` is None (only peft's SVD-based target finder reads it;
+jouleprof does not call it).
 
 Protocol (JSON lines): the server says {"ready": ...}; per request {"argv", "env", "cwd", "log"}
 on its stdin it answers {"pid"} when the child starts and {"exit"} when it ends (the child's exit
@@ -22,6 +29,8 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import importlib.abc
+import importlib.machinery
 import json
 import logging
 import os
@@ -62,6 +71,48 @@ costing after its measurement (1.9 s of imports on a 2-core CPU), and pandas, wh
 samples back when the measurement closes (0.2–0.34 s more a cell on the 2-core CPU, imported
 after torch). hiera and bitsandbytes are left to the cells that use them."""
 
+DEFERRED: tuple[str, ...] = ("bitsandbytes",)
+"""Packages that initialize CUDA when imported: bitsandbytes queries the GPU to pick its
+library. Without the deferral, `import peft` imported it wherever it is installed, CUDA was
+initialized in the server, and every cell started as a plain process (module docstring)."""
+
+
+class _Refuse(importlib.abc.Loader):
+    """The loader of a deferred package while the server preloads: its import fails."""
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module):
+        raise ImportError(f"{module.__name__} is imported by the cell, not the preloading server")
+
+
+class _Defer(importlib.abc.MetaPathFinder):
+    """Finds the deferred packages with a spec that refuses to load (see the module docstring)."""
+
+    def __init__(self, names: Sequence[str]):
+        self.names = frozenset(names)
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname.partition(".")[0] not in self.names:
+            return None
+        real = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if real is None:
+            return None  # not installed: as without the deferral
+        return importlib.machinery.ModuleSpec(fullname, _Refuse(), origin=real.origin)
+
+
+@contextlib.contextmanager
+def _deferred(names: Sequence[str]):
+    finder = _Defer(names)
+    sys.meta_path.insert(0, finder)
+    try:
+        yield
+    finally:
+        sys.meta_path.remove(finder)
+        for name in [m for m in sys.modules if m.partition(".")[0] in finder.names]:
+            del sys.modules[name]  # none should be there; a cell must import them afresh
+
 
 # -- the server ----------------------------------------------------------------------------
 
@@ -76,22 +127,32 @@ def _cuda_initialized() -> bool:
     return bool(torch is not None and torch.cuda.is_initialized())
 
 
-def serve(preload: Sequence[str]) -> int:
-    """Import `preload`, then fork a child per request line on stdin until it closes."""
+def serve(preload: Sequence[str], deferred: Sequence[str] = DEFERRED) -> int:
+    """Import `preload` (with `deferred` refused), then fork a child per request line on stdin
+    until it closes."""
     os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")  # is_available() without cuInit
     loaded, failed = [], {}
-    for name in preload:
-        try:
-            importlib.import_module(name)
-            loaded.append(name)
-        except Exception as e:  # noqa: BLE001 — a module a cell may not need: it imports it itself
-            failed[name] = f"{type(e).__name__}: {e}"
+    with _deferred(deferred):
+        for name in preload:
+            try:
+                importlib.import_module(name)
+                loaded.append(name)
+            except Exception as e:  # noqa: BLE001 — a module a cell may not need: it imports it
+                failed[name] = f"{type(e).__name__}: {e}"
     if _cuda_initialized():
         _send({"ready": False, "why": "a preloaded module initialized CUDA"})
         return 1
     # Ctrl-C at the terminal reaches the executor, which forwards it to each cell's session.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _send({"ready": True, "loaded": loaded, "failed": failed, "pid": os.getpid()})
+    _send(
+        {
+            "ready": True,
+            "loaded": loaded,
+            "failed": failed,
+            "deferred": list(deferred),
+            "pid": os.getpid(),
+        }
+    )
     for line in sys.stdin:
         if not line.strip():
             continue
@@ -193,14 +254,22 @@ class CellServer:
         log_path: Path,
         ready_timeout_s: float = 600.0,
         env: dict[str, str] | None = None,
+        deferred: Sequence[str] = DEFERRED,
     ):
         """`env`: the server's environment (default this process's): where it finds the
-        modules to preload, and what every cell's `sys.path` is built from."""
+        modules to preload, and what every cell's `sys.path` is built from. `deferred`: the
+        packages the server refuses to import while it preloads (`DEFERRED`)."""
         self.preload = tuple(preload)
         self._log = open(log_path, "a")  # noqa: SIM115 — the server's stderr, for its lifetime
         t0 = time.monotonic()
         self._p = subprocess.Popen(
-            [sys.executable, "-m", "jouleprof.bench.cellserver", *self.preload],
+            [
+                sys.executable,
+                "-m",
+                "jouleprof.bench.cellserver",
+                *self.preload,
+                f"{_DEFER_FLAG}{','.join(deferred)}",
+            ],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._log,
@@ -276,8 +345,16 @@ def start_or_none(preload: Sequence[str], log_path: Path, env=None) -> CellServe
         return None
 
 
+_DEFER_FLAG = "--defer="
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    return serve(list(sys.argv[1:] if argv is None else argv))
+    """`python -m jouleprof.bench.cellserver MODULE ... [--defer=PKG,...]`."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    flags = [a for a in args if a.startswith(_DEFER_FLAG)]
+    deferred = [n for f in flags for n in f[len(_DEFER_FLAG) :].split(",") if n]
+    preload = [a for a in args if not a.startswith(_DEFER_FLAG)]
+    return serve(preload, deferred if flags else DEFERRED)
 
 
 if __name__ == "__main__":
