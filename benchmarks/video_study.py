@@ -190,4 +190,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from jouleprof.interrupts import terminate_as_interrupt
+
+    terminate_as_interrupt()  # `timeout` stops the cells too, and records them
     raise SystemExit(main())

@@ -248,8 +248,10 @@ def measure(
             try:
                 yield m
                 status = RunStatus.COMPLETE
-            except KeyboardInterrupt:
-                record.notes.append("interrupted (Ctrl-C): figures cover the run up to then")
+            except KeyboardInterrupt as e:
+                from jouleprof.interrupts import interrupt_note
+
+                record.notes.append(interrupt_note(e))
                 raise
             except BaseException as e:
                 record.notes.append(f"the measured code raised {type(e).__name__}: {e}")

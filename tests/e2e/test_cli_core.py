@@ -123,6 +123,32 @@ def test_ctrl_c_stops_the_command_and_keeps_a_readable_run(tmp_path):
     assert any("interrupted" in n for n in rec["notes"])
 
 
+def test_sigterm_to_jouleprof_alone_stops_the_command_and_keeps_a_readable_run(tmp_path):
+    """`timeout`, `kill PID` and Slurm signal jouleprof, not its command: it passes SIGTERM on
+    and closes the run as Ctrl-C does."""
+    out = tmp_path / "run"
+    started = tmp_path / "started"
+    p = subprocess.Popen(
+        [*JP, "measure", "--out", str(out), "--idle-s", "0", "--simulate-gpu-w", "100", "--",
+         sys.executable, "-c",
+         f"import os, time; open({str(started)!r}, 'w').write(str(os.getpid())); time.sleep(60)"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.time() + 300
+    while not (started.exists() and started.read_text()) and time.time() < deadline:
+        time.sleep(0.1)
+    time.sleep(1.0)
+    p.send_signal(signal.SIGTERM)
+    p.communicate(timeout=300)
+    assert p.returncode == 143
+    rec = json.loads((out / "run.json").read_text())
+    assert rec["status"] == "incomplete"
+    assert rec["summary"]["sim0.energy_j"]["value"] > 0
+    assert any(n.startswith("terminated (SIGTERM)") for n in rec["notes"])
+    with pytest.raises(ProcessLookupError):  # the command did not outlive the measurement
+        os.kill(int(started.read_text()), 0)
+
+
 BAD = [
     (["--gpus", "7", "--", "true"], "GPU"),
     (["--interval-ms", "0", "--", "true"], "--interval-ms"),

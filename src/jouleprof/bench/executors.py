@@ -309,22 +309,31 @@ class LocalExecutor:
                 plan.stop()
                 with cond:
                     cond.notify_all()
+            finally:
+                ended.release()
 
+        # The main thread waits on a semaphore the slots release as they end, in slices, so
+        # that Ctrl-C (or SIGTERM, `jouleprof.interrupts`) reaches it. Not Thread.join: a join
+        # interrupted by Ctrl-C can leave the thread marked as ended while it runs (CPython
+        # 3.11), and the study then exited before its slots recorded their interrupted cells.
+        ended = threading.Semaphore(0)
         threads = [
             threading.Thread(target=worker, name=f"matrix-slot{i}", daemon=True)
             for i in range(len(pool))
         ]
         for t in threads:
             t.start()
+        left = len(threads)
         try:
-            for t in threads:
-                while t.is_alive():  # join in slices: Ctrl-C must reach this thread
-                    t.join(0.5)
+            while left:
+                if ended.acquire(timeout=0.5):
+                    left -= 1
         except KeyboardInterrupt:
             plan.stop()
             interrupt_live_cells()
-            for t in threads:
-                t.join(30)
+            deadline = time.monotonic() + 30
+            while left and ended.acquire(timeout=max(0.0, deadline - time.monotonic())):
+                left -= 1
             raise
         if errors:
             raise errors[0]

@@ -90,7 +90,9 @@ def main(argv: list[str] | None = None) -> None:
     import os
 
     from jouleprof.cli.console import error
+    from jouleprof.interrupts import terminate_as_interrupt
 
+    terminate_as_interrupt()  # SIGTERM (timeout, kill, scancel) takes Ctrl-C's path
     try:
         app(args=argv, prog_name="jouleprof")
     except JouleprofError as e:

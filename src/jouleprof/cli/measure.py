@@ -31,15 +31,18 @@ def parse_gpus(text: str | None) -> tuple[int, ...] | None:
 
 
 def _run_child(cmd: list[str], m) -> int:
-    """Run the command; Ctrl-C reaches it (same process group), and we wait for it to end."""
+    """Run the command; Ctrl-C reaches it (same process group), and we wait for it to end.
+    A SIGTERM sent to jouleprof alone (`timeout`, `kill PID`) is passed on to the command."""
+    from jouleprof.interrupts import Terminated
+
     proc = subprocess.Popen(cmd)
     m.record.extra["pid"] = proc.pid
     try:
         return _exit_code(proc.wait())
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         # The terminal sent SIGINT to the child too; give it a moment to exit cleanly.
         try:
-            proc.send_signal(signal.SIGINT)
+            proc.send_signal(signal.SIGTERM if isinstance(e, Terminated) else signal.SIGINT)
             proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             proc.kill()
@@ -145,9 +148,11 @@ def measure_cmd(
                 note(n)
             code = _run_child(cmd, m)
             m.record.extra["exit_code"] = code
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
+        from jouleprof.interrupts import exit_code_of
+
         interrupted = True
-        code = 130
+        code = exit_code_of(e)
     except JouleprofError as e:
         fail(str(e))
     if m is None:  # Ctrl-C before the measurement had begun: nothing was run or measured

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from jouleprof.cli.console import err_console, fail, note
+from jouleprof.interrupts import exit_code_of
 
 probe_app = typer.Typer(
     help="Feasibility probes: every cell its own process; rows land in DIR/probe.csv.",
@@ -174,9 +175,9 @@ def probe_video(
                 on_row=on_row,
                 preload=preload,
             )
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as e:
             note(f"interrupted: rerun the same command to resume ({out})")
-            raise typer.Exit(130) from None
+            raise typer.Exit(exit_code_of(e)) from None
         bar.update(task, completed=total - counts["left"])
     note(
         f"{counts['ran']} cell(s) run, {counts['refused']} refused, {counts['skipped']} already "

@@ -14,6 +14,7 @@ import typer
 
 from jouleprof.cli.console import fail, note
 from jouleprof.cli.study_options import RunOptions, parse_numbers, run_options
+from jouleprof.interrupts import exit_code_of
 
 
 def parse_overrides(items: list[str]) -> dict[str, object]:
@@ -129,9 +130,9 @@ def study_cmd(
         )
     except ValueError as e:
         fail(str(e))
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         note(f"interrupted: rerun the same command to resume ({out})")
-        raise typer.Exit(130) from None
+        raise typer.Exit(exit_code_of(e)) from None
     note(f"index: {index}")
     if report:
         try:

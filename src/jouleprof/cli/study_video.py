@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from jouleprof.cli.console import fail, note
+from jouleprof.interrupts import exit_code_of
 
 
 def _names(text: str) -> tuple[str, ...]:
@@ -141,9 +142,9 @@ def study_video_cmd(
         )
     except ValueError as e:
         fail(str(e))
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         note(f"interrupted: rerun the same command to resume ({out})")
-        raise typer.Exit(130) from None
+        raise typer.Exit(exit_code_of(e)) from None
     for item in plan.get("left_out", []):
         note(f"left out {item['model']} {item['method']} {item['precision']}: {item['reason']}")
     failed = [c for s in plan["stages"].values() for c in s["failed"]]
