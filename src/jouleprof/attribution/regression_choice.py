@@ -426,8 +426,11 @@ def _auto_bins(fit: Fit, cfg: RegressionConfig, whole: DeviceAttribution) -> Dev
         "bin_s": cfg.bin_s,
     }
     if keep is whole and not thin and cfg.widen_by_unkept_bins:
-        # Bins not kept: the phases still carry how far they would move them.
-        other = {p.phase: p.energy_j for p in binned.phases}
+        # Bins not kept: the phases still carry how far they would move them, an unresolved
+        # phase's unreported estimate included (on the H200's user4 with its copy replayed,
+        # the 6 ms spin after it came out resolved at +191 % ±50 % without bins and unresolved
+        # with them: counting only resolved phases' moves left it unwidened).
+        other = {p.phase: _point(p) for p in binned.phases}
         keep.diagnostics["bins_choice"]["moved_j"] = {
             p.phase: abs(other[p.phase] - p.energy_j)
             for p in whole.phases
