@@ -232,3 +232,17 @@ def test_the_server_defers_bitsandbytes_unless_told_otherwise(monkeypatch):
         (["torch"], []),
     ]
     assert "bitsandbytes" in cellserver.DEFERRED
+
+
+def test_a_server_whose_preload_initialized_cuda_refuses_and_names_the_module(probe_dir):
+    """A stand-in torch whose CUDA a preloaded module initializes (the working directory comes
+    first on the server's path, so it shadows the real one there)."""
+    fake = probe_dir / "torch"
+    fake.mkdir()
+    (fake / "__init__.py").write_text(
+        "import types\n_on = False\ncuda = types.SimpleNamespace(is_initialized=lambda: _on)\n"
+    )
+    (probe_dir / "quiet.py").write_text("import torch\n")
+    (probe_dir / "initcuda.py").write_text("import torch\ntorch._on = True\n")
+    with pytest.raises(RuntimeError, match=r"initialized CUDA \(importing initcuda\)"):
+        CellServer(["quiet", "initcuda", "jouleprof.units"], probe_dir / "server.log")

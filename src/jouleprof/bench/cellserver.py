@@ -132,6 +132,7 @@ def serve(preload: Sequence[str], deferred: Sequence[str] = DEFERRED) -> int:
     until it closes."""
     os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")  # is_available() without cuInit
     loaded, failed = [], {}
+    culprit = None
     with _deferred(deferred):
         for name in preload:
             try:
@@ -139,8 +140,11 @@ def serve(preload: Sequence[str], deferred: Sequence[str] = DEFERRED) -> int:
                 loaded.append(name)
             except Exception as e:  # noqa: BLE001 — a module a cell may not need: it imports it
                 failed[name] = f"{type(e).__name__}: {e}"
-    if _cuda_initialized():
-        _send({"ready": False, "why": "a preloaded module initialized CUDA"})
+            if culprit is None and _cuda_initialized():
+                culprit = name
+    if culprit is not None:
+        why = f"a preloaded module initialized CUDA (importing {culprit})"
+        _send({"ready": False, "why": why})
         return 1
     # Ctrl-C at the terminal reaches the executor, which forwards it to each cell's session.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
