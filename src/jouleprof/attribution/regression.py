@@ -126,6 +126,7 @@ from jouleprof.attribution.regression_config import (  # noqa: F401  (re-exporte
 from jouleprof.attribution.regression_results import (  # noqa: F401  (re-exported)
     CEILING_MARGIN,
     METHOD,
+    _bounded_splits,
     _demote_partners,
     _energy_interval,
     _joint_results,
@@ -711,6 +712,9 @@ def _attribute_model(found: _Grids, timeline: Timeline, device: str, cfg: Regres
         reported, col_of, terms, power, boot, sens_w, cfg, device, widen, results, step_e, members
     )
     results = _demote_partners(results, joint, unphysical, reported.n_steps, device) + joint
+    if ceiling_w is not None and cfg.bounded_splits:
+        floor_w = _power_floor_w(dev, timeline)
+        results = _bounded_splits(results, reported.time_s, floor_w, ceiling_w, device)
     resid = y - x @ power
     diagnostics = {
         "n_rows": len(rows),

@@ -112,6 +112,11 @@ class RegressionConfig:
     the binned fit moved it (`regression_choice`): the bootstrap cannot see a long phase whose
     power is not flat, and a binned fit not clearly better still measures what it does to the
     short phases beside it."""
+    bounded_splits: bool = True
+    """An unresolved phase whose joint row with a short neighbour is resolved is reported as
+    the joint energy less the neighbour's, its interval widened by the whole range the
+    neighbour's energy can take between the lowest and highest power the sensors read
+    (`regression_results._bounded_splits`)."""
     bin_s: float = 0.0125
     """Target length of a bin: a phase gets round(time per step / bin_s) bins (≥ 2 to be cut).
     On a simulated backward whose power steps from 380 to 680 W halfway, 25 ms bins (one
