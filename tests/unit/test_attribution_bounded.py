@@ -50,3 +50,14 @@ def test_a_partner_too_long_to_bound_leaves_the_phase_unresolved():
     rows = [_unresolved("a", t), _unresolved("b", t), joint]
     out = _bounded_splits(rows, ({"a": t, "b": t}), 130.0, 670.0, "gpu0")
     assert [r.resolved for r in out] == [False, False, True]
+
+
+def test_a_partner_fitted_above_the_ceiling_bounds_nothing():
+    # A short phase can truly draw more than any reading shows, and a fit above the ceiling
+    # says this one may: no bounded split (simulated: all three such splits missed their truth).
+    t_b, t_o = 0.040 * N, 0.006 * N
+    joint = _resolved("p0+p1", 13_400.0, 13_100.0, 13_600.0, t_b + t_o)
+    above = _unresolved("p0", t_o, estimate=700.0 * t_o)
+    out = _bounded_splits([above, _unresolved("p1", t_b), joint],
+                          {"p0": t_o, "p1": t_b}, 90.0, 570.0, "gpu0")  # fmt: skip
+    assert [r.resolved for r in out] == [False, False, True]
