@@ -61,3 +61,14 @@ def test_a_partner_fitted_above_the_ceiling_bounds_nothing():
     out = _bounded_splits([above, _unresolved("p1", t_b), joint],
                           {"p0": t_o, "p1": t_b}, 90.0, 570.0, "gpu0")  # fmt: skip
     assert [r.resolved for r in out] == [False, False, True]
+
+
+def test_a_phase_itself_fitted_above_the_ceiling_is_not_split_out():
+    # An optimizer fitted at 1,471 W has taken a third phase's energy, and so has its joint
+    # row with the EMA: subtracting the EMA's range would keep that energy (simulated: 76 %).
+    t_o, t_e = 0.006 * N, 0.0035 * N
+    joint = _resolved("optimizer+ema", 4408.0, 4117.0, 4715.0, t_o + t_e)
+    opt = _unresolved("optimizer", t_o, estimate=1471.0 * t_o)
+    out = _bounded_splits([opt, _unresolved("ema", t_e, estimate=0.0), joint],
+                          {"optimizer": t_o, "ema": t_e}, 89.0, 806.0, "gpu0")  # fmt: skip
+    assert [r.resolved for r in out] == [False, False, True]

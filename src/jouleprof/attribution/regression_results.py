@@ -351,9 +351,10 @@ def _bounded_splits(results, time_s: dict[str, float], floor_w: float, ceiling_w
     one widened by the whole of that range: no assumption about where the energy sits at their
     boundary. Where the partner is short (pl_resnet50's 0.3 ms optimizer after its 10 ms
     backward on the H200) the range is narrow and the phase is reported resolved, under the
-    rule every phase meets (interval narrower than the estimate). Not where the partner was
-    fitted above the ceiling: a short phase can truly draw more than any reading shows. The
-    partner stays unresolved; the joint row stays. `time_s`: each phase's time over the
+    rule every phase meets (interval narrower than the estimate). Not where either was fitted
+    above the ceiling: a short partner can truly draw more than any reading shows, and a phase
+    above it has absorbed a third phase's energy, in the joint row too. The partner stays
+    unresolved; the joint row stays. `time_s`: each phase's time over the
     analysed steps."""
     by_name = {r.phase: r for r in results}
     swap: dict[str, PhaseResult] = {}
@@ -371,6 +372,11 @@ def _bounded_splits(results, time_s: dict[str, float], floor_w: float, ceiling_w
                 # Fitted above the readings' ceiling: a phase shorter than the readings'
                 # windows can truly draw more than any of them shows, and here the fit says it
                 # may, so the ceiling bounds nothing (simulated: 3 of 3 such splits missed).
+                continue
+            if r.estimate_j is not None and r.estimate_j > ceiling_w * r.time_s:
+                # The phase itself fitted above the ceiling has absorbed a third phase's
+                # energy, and the joint row with it (simulated: an optimizer at 1,471 W beside
+                # an uneven backward, the joint 76 % above its truth).
                 continue
             # The partner's own (unreported) estimate, held within its physical range.
             o_point = 0.5 * (o_lo + o_hi) if o.estimate_j is None else o.estimate_j
