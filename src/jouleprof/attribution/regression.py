@@ -673,13 +673,13 @@ def _attribute_model(found: _Grids, timeline: Timeline, device: str, cfg: Regres
             f"intervals widened ×{widen:.1f}"
         )
     ceiling_w = _power_ceiling_w(dev, timeline, found.buffer)
+    floor_w = _power_floor_w(dev, timeline)
     col_of = {timeline.names[j]: i for i, j in enumerate(cols)}
     # A phase fitted at an impossible power leaves its neighbours leaning on a freedom the
     # bootstrap cannot see: their intervals carry the move of pinning it within physical bounds.
     pinned_names: list[str] = []
     if cfg.intervals:
         idle_col = col_of.get(IDLE)
-        floor_w = _power_floor_w(dev, timeline)
         skip = {idle_col} if idle_col is not None else set()
         with stage("unphysical phases pinned"):
             pin_rows, pin_cols = pinned_spread(a, b, power, ceiling_w, floor_w, skip)
@@ -713,7 +713,6 @@ def _attribute_model(found: _Grids, timeline: Timeline, device: str, cfg: Regres
     )
     results = _demote_partners(results, joint, unphysical, reported.n_steps, device) + joint
     if ceiling_w is not None and cfg.bounded_splits:
-        floor_w = _power_floor_w(dev, timeline)
         results = _bounded_splits(results, reported.time_s, floor_w, ceiling_w, device)
     resid = y - x @ power
     diagnostics = {
