@@ -26,9 +26,7 @@ def test_a_long_phase_glued_to_a_short_one_is_the_joint_less_the_short_ones_rang
     t_b, t_o = 0.010 * N, 0.0003 * N
     joint = _resolved("backward+optimizer", 5760.0, 5483.0, 6037.0, t_b + t_o)
     rows = [_unresolved("backward", t_b), _unresolved("optimizer", t_o, estimate=-5.0), joint]
-    out = {r.phase: r for r in _bounded_splits(rows, ({"backward": t_b,
-                                                              "optimizer": t_o}), 130.0, 670.0,
-                                                  "gpu0")}  # fmt: skip
+    out = {r.phase: r for r in _bounded_splits(rows, 130.0, 670.0, "gpu0")}
     b = out["backward"]
     o_lo, o_hi = 130.0 * t_o, 670.0 * t_o  # 23.4 … 120.6 J
     assert b.resolved and "bounded: optimizer" in b.note
@@ -48,7 +46,7 @@ def test_a_partner_too_long_to_bound_leaves_the_phase_unresolved():
     t = 0.005 * N
     joint = _resolved("a+b", 3000.0, 2900.0, 3100.0, 2 * t)
     rows = [_unresolved("a", t), _unresolved("b", t), joint]
-    out = _bounded_splits(rows, ({"a": t, "b": t}), 130.0, 670.0, "gpu0")
+    out = _bounded_splits(rows, 130.0, 670.0, "gpu0")
     assert [r.resolved for r in out] == [False, False, True]
 
 
@@ -58,8 +56,7 @@ def test_a_partner_fitted_above_the_ceiling_bounds_nothing():
     t_b, t_o = 0.040 * N, 0.006 * N
     joint = _resolved("p0+p1", 13_400.0, 13_100.0, 13_600.0, t_b + t_o)
     above = _unresolved("p0", t_o, estimate=700.0 * t_o)
-    out = _bounded_splits([above, _unresolved("p1", t_b), joint],
-                          {"p0": t_o, "p1": t_b}, 90.0, 570.0, "gpu0")  # fmt: skip
+    out = _bounded_splits([above, _unresolved("p1", t_b), joint], 90.0, 570.0, "gpu0")
     assert [r.resolved for r in out] == [False, False, True]
 
 
@@ -69,6 +66,5 @@ def test_a_phase_itself_fitted_above_the_ceiling_is_not_split_out():
     t_o, t_e = 0.006 * N, 0.0035 * N
     joint = _resolved("optimizer+ema", 4408.0, 4117.0, 4715.0, t_o + t_e)
     opt = _unresolved("optimizer", t_o, estimate=1471.0 * t_o)
-    out = _bounded_splits([opt, _unresolved("ema", t_e, estimate=0.0), joint],
-                          {"optimizer": t_o, "ema": t_e}, 89.0, 806.0, "gpu0")  # fmt: skip
+    out = _bounded_splits([opt, _unresolved("ema", t_e, estimate=0.0), joint], 89.0, 806.0, "gpu0")
     assert [r.resolved for r in out] == [False, False, True]

@@ -713,7 +713,7 @@ def _attribute_model(found: _Grids, timeline: Timeline, device: str, cfg: Regres
     )
     results = _demote_partners(results, joint, unphysical, reported.n_steps, device) + joint
     if ceiling_w is not None and cfg.bounded_splits:
-        results = _bounded_splits(results, reported.time_s, floor_w, ceiling_w, device)
+        results = _bounded_splits(results, floor_w, ceiling_w, device)
     resid = y - x @ power
     diagnostics = {
         "n_rows": len(rows),

@@ -342,7 +342,7 @@ def _refresh_coverage(timeline: Timeline, grid: RefreshEstimate, bins: int = 20)
     return len(hit) / bins
 
 
-def _bounded_splits(results, time_s: dict[str, float], floor_w: float, ceiling_w: float, device):
+def _bounded_splits(results, floor_w: float, ceiling_w: float, device: str):
     """An unresolved phase whose joint row with a short partner is resolved, resolved from it.
 
     Whatever the fit gives the partner, its energy lies between `floor_w` and `ceiling_w` (the
@@ -354,8 +354,7 @@ def _bounded_splits(results, time_s: dict[str, float], floor_w: float, ceiling_w
     rule every phase meets (interval narrower than the estimate). Not where either was fitted
     above the ceiling: a short partner can truly draw more than any reading shows, and a phase
     above it has absorbed a third phase's energy, in the joint row too. The partner stays
-    unresolved; the joint row stays. `time_s`: each phase's time over the
-    analysed steps."""
+    unresolved; the joint row stays."""
     by_name = {r.phase: r for r in results}
     swap: dict[str, PhaseResult] = {}
     for row in results:
@@ -366,18 +365,17 @@ def _bounded_splits(results, time_s: dict[str, float], floor_w: float, ceiling_w
             r, o = by_name.get(name), by_name.get(other)
             if r is None or o is None or r.resolved or name in swap:
                 continue
-            t_other = float(time_s.get(other, 0.0))
-            o_lo, o_hi = floor_w * t_other, ceiling_w * t_other
-            if o.estimate_j is not None and o.estimate_j > o_hi:
-                # Fitted above the readings' ceiling: a phase shorter than the readings'
-                # windows can truly draw more than any of them shows, and here the fit says it
-                # may, so the ceiling bounds nothing (simulated: 3 of 3 such splits missed).
+            if _above_ceiling(o, ceiling_w):
+                # A phase shorter than the readings' windows can truly draw more than any of
+                # them shows, and the fit says this one may: the ceiling bounds nothing
+                # (simulated: 3 of 3 such splits missed).
                 continue
-            if r.estimate_j is not None and r.estimate_j > ceiling_w * r.time_s:
-                # The phase itself fitted above the ceiling has absorbed a third phase's
-                # energy, and the joint row with it (simulated: an optimizer at 1,471 W beside
-                # an uneven backward, the joint 76 % above its truth).
+            if _above_ceiling(r, ceiling_w):
+                # The phase itself has absorbed a third phase's energy, and the joint row with
+                # it (simulated: an optimizer at 1,471 W beside an uneven backward, the joint
+                # 76 % above its truth).
                 continue
+            o_lo, o_hi = floor_w * o.time_s, ceiling_w * o.time_s
             # The partner's own (unreported) estimate, held within its physical range.
             o_point = 0.5 * (o_lo + o_hi) if o.estimate_j is None else o.estimate_j
             o_point = min(max(o_point, o_lo), o_hi)
@@ -385,7 +383,7 @@ def _bounded_splits(results, time_s: dict[str, float], floor_w: float, ceiling_w
             lo, hi = row.energy_lo_j - o_hi, row.energy_hi_j - o_lo
             if e <= 0 or lo < 0 or hi - lo > e:
                 continue
-            per_step_ms = 1e3 * t_other / max(r.n_steps, 1)
+            per_step_ms = 1e3 * o.time_s / max(r.n_steps, 1)
             note = (
                 f"bounded: {other} ({per_step_ms:.2g} ms a step) drew between {floor_w:.0f} W "
                 f"and the {ceiling_w:.0f} W ceiling whatever the fit gives it, so {name} is "
@@ -409,3 +407,11 @@ def _bounded_splits(results, time_s: dict[str, float], floor_w: float, ceiling_w
                 noise_hw_j=row.noise_hw_j,
             )
     return [swap.get(r.phase, r) for r in results]
+
+
+def _above_ceiling(p: PhaseResult, ceiling_w: float) -> bool:
+    """Whether an unresolved phase's unreported estimate puts its power above the ceiling
+    (`unphysical_side`, the one test of it)."""
+    if p.estimate_j is None or p.time_s <= 0:
+        return False
+    return unphysical_side(p.estimate_j / p.time_s, ceiling_w) == "ceiling"
