@@ -147,15 +147,21 @@ def test_probe_workers_run_served_or_plain_with_their_exit_codes_and_timeouts(pr
         server.close()
 
 
-def test_deferred_packages_are_refused_while_preloading_and_imported_by_the_cell(probe_dir):
-    """A package that initializes CUDA on import (bitsandbytes, imported by `import peft`) must
-    not be imported by the server, or it could not fork; the cell imports it afterwards, and
-    an availability check made while preloading still finds it."""
-    pkg = probe_dir / "cudaish"
+def _cudaish(root: Path) -> None:
+    """A stand-in for a package that initializes CUDA on import: it records which process
+    imported it in imported_by.txt."""
+    pkg = root / "cudaish"
     pkg.mkdir()
     (pkg / "__init__.py").write_text(
         "import os\nwith open('imported_by.txt', 'a') as f:\n    f.write(f'{os.getpid()}\\n')\n"
     )
+
+
+def test_deferred_packages_are_refused_while_preloading_and_imported_by_the_cell(probe_dir):
+    """A package that initializes CUDA on import (bitsandbytes, imported by `import peft`) must
+    not be imported by the server, or it could not fork; the cell imports it afterwards, and
+    an availability check made while preloading still finds it."""
+    _cudaish(probe_dir)
     (probe_dir / "optional_user.py").write_text(
         textwrap.dedent(
             """
@@ -201,11 +207,7 @@ def test_deferred_packages_are_refused_while_preloading_and_imported_by_the_cell
 
 def test_without_deferral_the_preload_imports_the_package(probe_dir):
     """The control for the test above: the same preload with nothing deferred imports it."""
-    pkg = probe_dir / "cudaish"
-    pkg.mkdir()
-    (pkg / "__init__.py").write_text(
-        "import os\nwith open('imported_by.txt', 'a') as f:\n    f.write(f'{os.getpid()}\\n')\n"
-    )
+    _cudaish(probe_dir)
     (probe_dir / "optional_user.py").write_text(
         "try:\n    import cudaish\nexcept ImportError:\n    pass\n"
     )
