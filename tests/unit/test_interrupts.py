@@ -73,3 +73,26 @@ def test_terminated_is_an_interrupt_with_its_own_note_and_exit_code():
     assert exit_code_of(e) == 143 and exit_code_of(KeyboardInterrupt()) == 130
     assert interrupt_note(e).startswith("terminated (SIGTERM)")
     assert interrupt_note(KeyboardInterrupt()).startswith("interrupted (Ctrl-C)")
+
+
+def _sigterm_is_default(_):
+    return signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+def test_the_attributions_pool_workers_die_on_sigterm_whatever_the_parent_installed():
+    """Pool.terminate ends workers with SIGTERM: a handler inherited from the parent (ours in
+    the CLI, or a framework's) must not keep them alive."""
+    import multiprocessing as mp
+
+    from jouleprof.attribution.parallel import _one_blas_thread
+
+    before = signal.signal(signal.SIGTERM, lambda s, f: None)
+    try:
+        pool = mp.get_context("fork").Pool(1, initializer=_one_blas_thread)
+        try:
+            assert pool.map(_sigterm_is_default, [0]) == [True]
+        finally:
+            pool.terminate()
+            pool.join()
+    finally:
+        signal.signal(signal.SIGTERM, before)

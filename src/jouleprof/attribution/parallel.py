@@ -208,8 +208,14 @@ _LIMIT = None
 
 def _one_blas_thread() -> None:
     """Worker start: BLAS on one thread (as the regression's fits are in the parent); progress
-    reports stay with the parent."""
+    reports stay with the parent; SIGTERM back to its default action. `Pool.terminate` ends
+    the workers with SIGTERM, and a handler inherited from the parent (jouleprof's own,
+    `jouleprof.interrupts`, or a framework's) kept a worker blocked on the pool's queue alive:
+    the suite once hung there for 25 minutes."""
     global _LIMIT
+    import signal
+
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     from threadpoolctl import threadpool_limits
 
     from jouleprof.attribution.stages import _progress, _times
