@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import subprocess
 import sys
 import time
@@ -241,3 +242,6 @@ def test_a_run_measures_its_own_deployment_where_deploy_from_is_unusable(tmp_pat
     (why,) = [n for n in run["notes"] if n.startswith("deployment cost measured in this run")]
     assert "no-such-run" in why and "no readable run.json" in why
     assert "deployment cost measured in this run" in r.stderr  # said on the terminal too
+    # each epoch's loss and validation accuracy are said as the run goes (a line kept)
+    assert re.search(r"epoch 1/1: loss \d+\.\d{3}, val top-1 \d+\.\d %", r.stderr), r.stderr
+    assert run["extra"]["video"]["num_workers"] == 0

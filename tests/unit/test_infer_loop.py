@@ -136,3 +136,21 @@ def test_collection_plan_runs_the_validation_targets_first(collect):
     assert collect.plan(collect.MODELS, collect.PLAN, done)[0] == todo[1]
     held_out = {s for s, _, _ in collect.E2E}
     assert not held_out & {s for _, s in collect.MODELS}  # the end-to-end models are unseen
+
+
+def test_clip_protocol_reports_each_stage_outside_the_timed_passes():
+    """A terminal's progress line is told every warm-up and latency pass and the energy loop;
+    the latency passes stay the configured count (the stage calls sit outside their timing)."""
+    stages: list[str] = []
+    cfg = InferConfig(model="x", precision="fp32", warmup=2, passes=3, sustained_s=0.05)
+    res = infer_cost(nn.Linear(8, 8), torch.randn(2, 8), None, cfg, on_stage=stages.append)
+    assert stages[:5] == [
+        "warm-up pass 1/2",
+        "warm-up pass 2/2",
+        "latency pass 1/3",
+        "latency pass 2/3",
+        "latency pass 3/3",
+    ]
+    assert stages[5] == "energy loop of 0.05 s"
+    assert all(re.fullmatch(r"energy loop \d+/0.05 s, \d+ passes", s) for s in stages[6:])
+    assert res["latency_passes"] == 3 and res["window_passes"] >= 1

@@ -149,11 +149,12 @@ def _stats(times_s: list[float]) -> dict[str, float]:
     }
 
 
-def infer_cost(forward, x, m, cfg: InferConfig) -> dict[str, Any]:
+def infer_cost(forward, x, m, cfg: InferConfig, on_stage=None) -> dict[str, Any]:
     """Run the protocol on `forward(x)` inside the open measurement `m` (None: timings only).
 
-    The steady protocol is `bench.infer_loop.steady_window`, the loop the inference predictor's
-    dataset was measured with."""
+    `on_stage(text)`, where given, is told each stage and pass as it starts (a terminal's
+    progress line). The steady protocol is `bench.infer_loop.steady_window`, the loop the
+    inference predictor's dataset was measured with."""
     import torch
 
     from jouleprof.bench.infer_loop import (
@@ -169,26 +170,31 @@ def infer_cost(forward, x, m, cfg: InferConfig) -> dict[str, Any]:
     sync = device_sync(device)
     now, dense = measurement_edges(m)
 
+    stage = on_stage or (lambda _text: None)
     out: dict[str, Any] = {"protocol": cfg.protocol, "batch": int(x.shape[0])}
     with inference_context(cfg.precision, device):
         if cfg.protocol == "steady":
+            stage(f"steady loop of {cfg.loop_s:g} s")
             w = steady_window(forward, x, precision=cfg.precision, window_s=cfg.loop_s, now=now,
                               on_edge=dense)  # fmt: skip
             t0, t1, n = w.t0_s, w.t1_s, w.passes
             out.update(_stats(list(w.pass_times_s)))
         else:
             reset_device(device)
-            for _ in range(cfg.warmup):
+            for i in range(cfg.warmup):
+                stage(f"warm-up pass {i + 1}/{cfg.warmup}")
                 forward(x)
             sync()
             times = []
-            for _ in range(cfg.passes):
+            for i in range(cfg.passes):
+                stage(f"latency pass {i + 1}/{cfg.passes}")
                 t = time.perf_counter()
                 forward(x)
                 sync()
                 times.append(time.perf_counter() - t)
             out.update(_stats(times))
             dense()
+            stage(f"energy loop of {cfg.loop_s:g} s")
             t0 = now()
             h0 = time.perf_counter()
             n = 0
@@ -197,8 +203,10 @@ def infer_cost(forward, x, m, cfg: InferConfig) -> dict[str, Any]:
                 n += 1
                 if n % 4 == 0 or n == 1:  # check the host clock without syncing every pass
                     sync()
-                    if time.perf_counter() - h0 >= cfg.loop_s:
+                    elapsed_s = time.perf_counter() - h0
+                    if elapsed_s >= cfg.loop_s:
                         break
+                    stage(f"energy loop {elapsed_s:.0f}/{cfg.loop_s:g} s, {n} passes")
             sync()
             t1 = now()
             dense()
@@ -246,9 +254,9 @@ def finish_cost(run_dir: str | Path, result: dict[str, Any]) -> dict[str, Any]:
     return r
 
 
-def run_infer(cfg: InferConfig, out: str | Path) -> dict[str, Any]:
+def run_infer(cfg: InferConfig, out: str | Path, on_stage=None) -> dict[str, Any]:
     """Build the model, run the protocol under `jouleprof.measure` into run directory `out`;
-    returns the result (also in run.json extra["inference"])."""
+    returns the result (also in run.json extra["inference"]). `on_stage` as in `infer_cost`."""
     import torch
 
     from jouleprof.measurement import MeasureConfig, measure
@@ -266,9 +274,11 @@ def run_infer(cfg: InferConfig, out: str | Path) -> dict[str, Any]:
     )
     with measure(out, mcfg, run_config={"infer": asdict(cfg)}) as m:
         t = time.perf_counter()
+        if on_stage is not None:
+            on_stage(f"building {cfg.model} on {device.type}")
         model, x, facts = build(cfg, device)
         facts["build_s"] = round(time.perf_counter() - t, 3)
-        res = infer_cost(model, x, m, cfg)
+        res = infer_cost(model, x, m, cfg, on_stage=on_stage)
         res["facts"] = facts
         m.record.extra["inference_raw"] = res
     res = finish_cost(out, res)

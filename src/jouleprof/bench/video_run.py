@@ -74,8 +74,9 @@ class VideoRunConfig:
     """Also evaluate the test split at the end."""
     max_steps_per_epoch: int | None = None
     """Cut every epoch after this many steps (smoke runs); None: whole epochs."""
-    num_workers: int = 4
-    """Data-loader worker processes."""
+    num_workers: int | None = None
+    """Data-loader worker processes; None: `loader_workers`' default (4, fewer on a machine
+    with fewer usable cores)."""
     synthetic_clips: tuple[int, int, int] = (480, 120, 120)
     """Synthetic dataset: clips in train, val, test."""
     deploy: bool = True
@@ -112,7 +113,7 @@ class VideoRunConfig:
             raise ValueError(f"lr must be > 0, got {self.lr}")
         if self.max_steps_per_epoch is not None and self.max_steps_per_epoch < 1:
             raise ValueError(f"max_steps_per_epoch must be ≥ 1, got {self.max_steps_per_epoch}")
-        if self.num_workers < 0:
+        if self.num_workers is not None and self.num_workers < 0:
             raise ValueError(f"num_workers must be ≥ 0, got {self.num_workers}")
         if not self.deploy_sustained_s > 0:
             raise ValueError(f"deploy_sustained_s must be > 0, got {self.deploy_sustained_s}")
@@ -128,6 +129,20 @@ class VideoRunConfig:
         d["gpus"] = None if self.gpus is None else list(self.gpus)
         d["synthetic_clips"] = list(self.synthetic_clips)
         return d
+
+
+def loader_workers(requested: int | None) -> int:
+    """The data-loader workers to start: `requested`, or by default 4, capped at the cores this
+    process may run on (more would only contend with each other and with the training loop)."""
+    if requested is not None:
+        return requested
+    import os
+
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        usable = os.cpu_count() or 1
+    return min(4, usable)
 
 
 def _device():
@@ -206,8 +221,12 @@ def _evaluate(torch, trainer, loader, spec, device, m) -> dict[str, Any]:
     }
 
 
-def run_video(cfg: VideoRunConfig, out: str | Path) -> Path:
+def run_video(cfg: VideoRunConfig, out: str | Path, on_progress=None) -> Path:
     """Run one fine-tuning run into the run directory `out` (created); returns its path.
+
+    `on_progress(text, keep=False)`, where given, is told what the run is doing: each training
+    step's position (transient) and each epoch's loss and validation accuracy (`keep=True`, a
+    line to keep). Nothing is synchronized for it: the loss is read where the epoch ends.
 
     Raises:
         ValueError / JouleprofError: bad configuration or data (before anything is measured).
@@ -242,10 +261,11 @@ def run_video(cfg: VideoRunConfig, out: str | Path) -> Path:
         synthetic_clips=cfg.synthetic_clips,
         need_test=cfg.test,
     )
+    workers = loader_workers(cfg.num_workers)
     data.make_loaders(
         cfg.batch_size,
         cfg.eval_batch_size or cfg.batch_size,
-        cfg.num_workers,
+        workers,
         cfg.seed,
         pin=device.type == "cuda",
     )
@@ -289,7 +309,7 @@ def run_video(cfg: VideoRunConfig, out: str | Path) -> Path:
     if device.type != "cuda" and cfg.gpus is None:
         mcfg = replace(mcfg, gpus=())  # nothing to measure but a simulated GPU, if asked
     run_config = {"video_run": cfg.to_json(), "trainer": tcfg.to_json(), "data": data.describe()}
-    video: dict[str, Any] = {"epochs": [], "device": str(device)}
+    video: dict[str, Any] = {"epochs": [], "device": str(device), "num_workers": workers}
     with measure(out, mcfg, run_config=run_config) as m:
         rec = m.record
         rec.extra["video"] = video
@@ -310,6 +330,7 @@ def run_video(cfg: VideoRunConfig, out: str | Path) -> Path:
                 steps_per_epoch,
                 total_steps,
                 VideoTrainer,
+                on_progress or (lambda text, keep=False: None),
             )
         except Exception as e:
             if _is_oom(torch, e):
@@ -346,9 +367,11 @@ def _train_and_deploy(
     steps_per_epoch,
     total_steps,
     trainer_cls,
+    progress,
 ) -> None:
     from jouleprof.workloads.video.models import normalize
 
+    progress(f"building {cfg.model} ({cfg.method}, {cfg.precision}) on {device.type}")
     t_build = time.perf_counter()
     trainer = trainer_cls(tcfg, device, marker=recorder)
     video["facts"] = trainer.facts()
@@ -367,7 +390,8 @@ def _train_and_deploy(
         _edge(m)
         t0 = m.clock.now_s()
         losses = []
-        for _ in range(steps_per_epoch):
+        for k in range(steps_per_epoch):
+            progress(f"epoch {epoch + 1}/{cfg.epochs}: step {k + 1}/{steps_per_epoch}")
             trainer.set_lr(lr_at(step, total_steps, cfg.lr))
             losses.append(trainer.step_on(batch))
             step += 1
@@ -384,13 +408,22 @@ def _train_and_deploy(
             "loss": float(torch.stack(losses).float().mean()),
             "peak_mem_allocated_bytes": _mem(torch, device),
         }
+        progress(f"epoch {epoch + 1}/{cfg.epochs}: validation")
         val = _evaluate(torch, trainer, data.val_loader, spec, device, m)
         video["epochs"].append({"train": train, "val": val})
         log.info("epoch %d: loss %.3f, val top-1 %.2f %%", epoch, train["loss"], val["top1_pct"])
+        top1 = "n/a" if val["top1_pct"] is None else f"{val['top1_pct']:.1f} %"
+        progress(
+            f"epoch {epoch + 1}/{cfg.epochs}: loss {train['loss']:.3f}, val top-1 {top1}, "
+            f"{train['time_s']:.1f} s training",
+            keep=True,
+        )
         m.run_dir.path.joinpath(VIDEO_JSON).write_text(json.dumps(video, indent=1, default=str))
     if cfg.test and data.test_loader is not None:
+        progress("test split")
         video["test"] = _evaluate(torch, trainer, data.test_loader, spec, device, m)
     if cfg.deploy:
+        progress("deployment cost (inference latency and energy per clip)")
         video["deployment"] = _deployment(torch, trainer, cfg, spec, device, m)
 
 

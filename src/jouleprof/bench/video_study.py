@@ -85,8 +85,8 @@ class VideoStudyConfig:
     """Synthetic dataset: train, val, test clips."""
     max_steps_per_epoch: int | None = None
     """Cut every epoch (quick studies)."""
-    num_workers: int = 4
-    """Data-loader workers per cell."""
+    num_workers: int | None = None
+    """Data-loader workers per cell; None: `jouleprof run video`'s default."""
     deploy_sustained_s: float = 10.0
     """Seconds of each cell's sustained inference loop."""
     idle_s: float = 1.0

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from jouleprof.cli.console import err_console, fail, note
+from jouleprof.cli.console import err_console, fail, note, working
 
 
 def _fmt(v, unit: str, digits: int = 4) -> str:
@@ -70,8 +70,16 @@ def infer_cmd(
     path = out or Path(DEFAULT_RUNS_DIR) / new_run_id("infer")
     if path.exists() and not path.is_dir():
         fail(f"--out {path} is a file, not a directory: choose another path")
+    import torch
+
+    if not torch.cuda.is_available():
+        note(
+            "no CUDA device: inference runs on the CPU, latency only (no GPU energy); a "
+            "full-size video model takes seconds a pass here (--tiny for a smoke test)"
+        )
     try:
-        r = run_infer(cfg, path)
+        with working(f"measuring {model} inference…") as w:
+            r = run_infer(cfg, path, on_stage=lambda s: w.update(f"{model}: {s}"))
     except (JouleprofError, ValueError) as e:
         fail(str(e))
     except KeyboardInterrupt:

@@ -38,7 +38,9 @@ def video_cmd(
     max_steps_per_epoch: Annotated[
         int | None, typer.Option(help="Cut each epoch after this many steps (smoke runs).")
     ] = None,
-    num_workers: Annotated[int, typer.Option(help="Data-loader workers.")] = 4,
+    num_workers: Annotated[
+        int | None, typer.Option(help="Data-loader workers (default: 4, at most the usable cores).")
+    ] = None,
     synthetic_clips: Annotated[
         str, typer.Option(help="Synthetic dataset: train,val,test clip counts.")
     ] = "480,120,120",
@@ -109,8 +111,18 @@ def video_cmd(
 
         stamp = time.strftime("%Y%m%d-%H%M%S")
         out = Path("jouleprof-runs") / f"video-{model}-{method}-{precision}-{stamp}"
+    from jouleprof.cli.console import err_console, working
+
     try:
-        path = run_video(cfg, out)
+        with working(f"fine-tuning {model} ({method}, {precision})…") as w:
+
+            def progress(text: str, keep: bool = False) -> None:
+                if keep:
+                    err_console.print(text, highlight=False)
+                else:
+                    w.update(text)
+
+            path = run_video(cfg, out, on_progress=progress)
     except (ValueError, JouleprofError) as e:
         fail(str(e))
     from jouleprof.store.rundir import RunDir

@@ -63,7 +63,10 @@ def study_video_cmd(
     size: Annotated[int | None, typer.Option(help="Frame side.")] = None,
     synthetic_clips: Annotated[str, typer.Option(help="train,val,test clips.")] = "480,120,120",
     max_steps_per_epoch: Annotated[int | None, typer.Option(help="Cut each epoch.")] = None,
-    num_workers: Annotated[int, typer.Option(help="Data-loader workers per cell.")] = 4,
+    num_workers: Annotated[
+        int | None,
+        typer.Option(help="Data-loader workers per cell (default: 4, at most the usable cores)."),
+    ] = None,
     deploy_sustained_s: Annotated[
         float, typer.Option(help="Seconds of each cell's inference loop.")
     ] = 10.0,

@@ -242,8 +242,14 @@ def build_swin3d(spec, num_classes, *, weights, tiny, frames, size):
 
 
 def build_hiera(spec, num_classes, *, weights, tiny, frames, size):
+    import warnings
+
     try:
-        import hiera
+        with warnings.catch_warnings():
+            # hiera-transformer imports timm's old `timm.models.layers` path, which newer timm
+            # warns about on every import: the user's terminal need not carry it.
+            warnings.filterwarnings("ignore", category=FutureWarning, module=r"timm\.models")
+            import hiera
     except ImportError as e:
         raise JouleprofError(
             "hiera-b needs the hiera-transformer package: pip install hiera-transformer"
