@@ -162,3 +162,27 @@ def test_summarize_writes_the_savings_of_a_probe_directory(tmp_path):
     assert bad.exit_code == 2
     other = CliRunner().invoke(app, ["summarize", str(tmp_path)])  # neither study nor probe
     assert other.exit_code == 2
+
+
+def test_a_probe_without_gpu_figures_is_summarized_with_what_it_has(tmp_path):
+    """A probe on a machine without a GPU records no memory and no energy: the table says n/a
+    there and still compares the times (a CPU probe once ended summarize with a TypeError)."""
+    import csv
+
+    from typer.testing import CliRunner
+
+    from jouleprof.cli.main import app
+
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    rows = [_row("full", "", 0.2, "", "", ""), _row("lora", "", 0.1, "", "", "")]
+    with (probe / "probe.csv").open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    r = CliRunner().invoke(app, ["summarize", str(probe)])
+    assert r.exit_code == 0, r.output
+    md = (probe / "probe_savings.md").read_text()
+    (lora,) = [line for line in md.splitlines() if line.startswith("| m | lora |")]
+    assert lora.split("|")[4].strip() == "n/a"  # peak MiB
+    assert "-50 %" in lora and "n/a" in lora.split("|")[8]  # s/step halves; J/step n/a

@@ -10,7 +10,7 @@ import typer
 
 from jouleprof.cli.console import fail, note, out_console
 
-DEFAULT_DATA = Path("benchmarks/results/predict_dataset")
+DATASET_FOLDER = "predict_dataset"  # under benchmarks/results/ of the repository
 PRECISIONS = ("bf16", "fp16", "fp32")
 
 
@@ -82,8 +82,12 @@ def infer_cmd(
 
 def evaluate_cmd(
     data: Annotated[
-        Path, typer.Option(help="Dataset directory (models_energy.csv, layers.csv, ops.parquet).")
-    ] = DEFAULT_DATA,
+        Path | None,
+        typer.Option(
+            help="Dataset directory (models_energy.csv, layers.csv, ops.parquet); default: the "
+            "repository's benchmarks/results/predict_dataset."
+        ),
+    ] = None,
     gpu: Annotated[str, typer.Option(help="GPU file the dataset was measured on.")] = "h200",
     train: Annotated[
         bool, typer.Option("--train", help="Evaluate the training-energy predictor instead.")
@@ -105,6 +109,15 @@ def evaluate_cmd(
     from jouleprof.predict.evaluate import leave_family_out, metrics_table
     from jouleprof.predict.roofline import load_gpu
 
+    if data is None:
+        from jouleprof.predict.committed import committed_results
+
+        data = committed_results(DATASET_FOLDER, "models_energy.csv")
+        if data is None:
+            fail(
+                f"no committed dataset found (benchmarks/results/{DATASET_FOLDER}/"
+                "models_energy.csv): run from a clone of the repository or pass --data DIR"
+            )
     try:
         ds = load_dataset(data)
         g = load_gpu(gpu)

@@ -33,12 +33,13 @@ TARGET_MAPE_PCT = 7.0
 
 def default_sweep_dir() -> Path:
     """benchmarks/results/bert_sweep of this checkout (or $JOULEPROF_BERT_SWEEP)."""
+    from jouleprof.predict.committed import committed_results
+
     if os.environ.get(SWEEP_ENV):
         return Path(os.environ[SWEEP_ENV])
-    for base in (Path.cwd(), *Path(__file__).resolve().parents):
-        p = base / "benchmarks" / "results" / "bert_sweep"
-        if (p / "results.csv").is_file():
-            return p
+    found = committed_results("bert_sweep", "results.csv")
+    if found is not None:
+        return found
     raise FileNotFoundError(
         "no committed BERT sweep found (benchmarks/results/bert_sweep/results.csv): run from the "
         f"repository or set {SWEEP_ENV} to a sweep directory"

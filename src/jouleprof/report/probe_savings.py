@@ -221,6 +221,11 @@ def _pct(x: object) -> str:
     return "" if x is None else f"{(float(x) - 1) * 100:+.0f} %"
 
 
+def _num(x: object, spec: str) -> str:
+    """`x` formatted by `spec`; "n/a" where the probe recorded none (no GPU: no memory, energy)."""
+    return "n/a" if x in (None, "") else format(float(x), spec)  # type: ignore[arg-type]
+
+
 def markdown(table: list[dict[str, object]], repeat: bool = False) -> str:
     head = (
         "| model | method | trainable | peak MiB | vs full | s/step | vs full | J/step [bounds] "
@@ -257,9 +262,9 @@ def markdown(table: list[dict[str, object]], repeat: bool = False) -> str:
         if not full and r.get("s_vs_full_rep_lo") is not None:
             s_v += f" [{_pct(r['s_vs_full_rep_lo'])}, {_pct(r['s_vs_full_rep_hi'])}]"
         line = (
-            f"| {r['model']} | {r['method']} | {int(r['trainable_params']):,} | "
-            f"{r['peak_mem_mib']:,.0f} | {mem_v} | "
-            f"{r['s_per_step']:.3f} | {s_v} | "
+            f"| {r['model']} | {r['method']} | {_num(r['trainable_params'], ',.0f')} | "
+            f"{_num(r['peak_mem_mib'], ',.0f')} | {mem_v} | "
+            f"{_num(r['s_per_step'], '.3f')} | {s_v} | "
             f"{j} | {jv} |"
         )
         if repeat:
