@@ -58,3 +58,64 @@ def test_documented_command_and_options_exist(page, command):
         if token.startswith("-") and token not in ("-", "..."):
             name = token.split("=", 1)[0]
             assert name in known, f"{page}: {command!r}: {' '.join(path)} has no option {name}"
+
+
+def _python_blocks() -> list[tuple[str, str]]:
+    return [
+        (page.name, block)
+        for page in PAGES
+        for block in re.findall(r"^```python\n(.*?)^```", page.read_text(), flags=re.M | re.S)
+    ]
+
+
+def _resolve(node, names: dict):
+    """The jouleprof object an expression names (a bound name or attributes of one), or None."""
+    import ast
+
+    if isinstance(node, ast.Name):
+        return names.get(node.id)
+    if isinstance(node, ast.Attribute):
+        base = _resolve(node.value, names)
+        if base is not None:
+            assert hasattr(base, node.attr), f"{ast.unparse(node)}: no attribute {node.attr}"
+            return getattr(base, node.attr)
+    return None
+
+
+@pytest.mark.parametrize(("page", "code"), _python_blocks())
+def test_documented_python_names_and_keywords_exist(page, code):
+    """Each block parses; what it imports from jouleprof exists; each call of a jouleprof
+    function or class passes only keywords that it takes."""
+    import ast
+    import importlib
+    import inspect
+
+    tree = ast.parse(code)
+    names: dict = {"jouleprof": importlib.import_module("jouleprof")}  # pages import it once
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.split(".")[0] == "jouleprof":
+                    names[(a.asname or a.name).split(".")[0]] = importlib.import_module("jouleprof")
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("jouleprof"):
+            mod = importlib.import_module(node.module)
+            for a in node.names:
+                assert hasattr(mod, a.name), f"{page}: {node.module} has no {a.name}"
+                names[a.asname or a.name] = getattr(mod, a.name)
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        fn = _resolve(node.func, names)
+        if fn is None or not callable(fn):
+            continue
+        try:
+            sig = inspect.signature(fn)
+        except (TypeError, ValueError):
+            continue
+        params = sig.parameters.values()
+        if any(p.kind is p.VAR_KEYWORD for p in params):
+            continue
+        taken = {p.name for p in params}
+        for kw in node.keywords:
+            if kw.arg is not None:
+                assert kw.arg in taken, f"{page}: {ast.unparse(node.func)} takes no {kw.arg}="
