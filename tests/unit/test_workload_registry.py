@@ -115,3 +115,28 @@ def test_video_workload_refuses_bad_fields_and_pairs():
         wl.config("hiera-b", None, None, {"compile": True})
     with pytest.raises(ValueError, match="'fake'"):
         wl.session(wl.config("hiera-b:tiny", 1, None, {}), _Marks(), "/some/dataset")
+
+
+@pytest.mark.parametrize("name", registry.names())
+def test_every_registered_workload_runs_a_cell_end_to_end(name, tmp_path):
+    """One e2e cell of each registered workload's tiny preset on the CPU, through the same
+    cell machinery as `jouleprof profile`: it completes and its figures are written (the
+    BERT workload's FLOPs facts once broke the cell's figures)."""
+    pytest.importorskip("torch")
+    from jouleprof.bench.train import CellConfig, run_cell
+    from jouleprof.bench.warmup import WarmupRule
+    from jouleprof.store.rundir import RunDir
+
+    preset = TINY_PRESETS.get(name, "tiny")
+    overrides = {"num_workers": 0} if name == "vjepa2" else {}
+    cfg = CellConfig(workload=name, preset=preset, batch_size=2, mode="e2e", steps=2,
+                     duration_s=None, num_workers=0, overrides=overrides,
+                     warmup=WarmupRule(min_steps=1, max_steps=2))  # fmt: skip
+    run_cell(cfg, tmp_path / name)
+    rec = RunDir(tmp_path / name).read_record()
+    assert rec.status.value == "complete", rec.notes
+    flops = rec.extra["workload_facts"].get("flops_per_sample")
+    if isinstance(flops, dict) and flops.get("forward_backward_flops"):
+        assert flops["forward_backward_flops"] > 0
+    else:  # a workload that cannot count says why
+        assert flops is None or flops.get("reason")

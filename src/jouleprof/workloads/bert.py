@@ -280,7 +280,12 @@ class BertSession:
         counts = analytic_counts(self.cfg)
         return {
             "parameters": {"total": self.n_params},
-            "flops_per_sample": counts["train_flops"] / self.cfg.batch,
+            # the convention every workload follows (cell figures read forward_backward_flops)
+            "flops_per_sample": {
+                "forward_flops": counts["fwd_flops"] / self.cfg.batch,
+                "forward_backward_flops": counts["train_flops"] / self.cfg.batch,
+                "method": "analytic (predict.train_features.analytic_counts)",
+            },
             "train_flops_per_step": counts["train_flops"],
             "optimizer_impl": self.optimizer_impl,
             "first_loss": self.first_loss,
