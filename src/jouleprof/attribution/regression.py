@@ -68,9 +68,10 @@ A phase is reported unresolved (energy None, with the reason) when fewer than `m
 intervals overlap it, when the fit pins its power at zero, or when its interval is wider than
 its estimate.
 
-The settings are in `regression_config`, the choice of model (stall, bins) in
-`regression_choice`, the per-phase results built from the fit in `regression_results`; the
-names other code imports from here are re-exported.
+The settings are in `regression_config`, one pass of the fit (rows, placement, weights,
+powers) in `regression_fit`, the sensor model's spread in `regression_sensitivity`, the choice
+of model (stall, bins) in `regression_choice`, the per-phase results built from the fit in
+`regression_results`; the names other code imports from here are re-exported.
 """
 
 from __future__ import annotations
@@ -82,7 +83,7 @@ import numpy as np
 
 from jouleprof.attribution.bins import expand, split_bins
 from jouleprof.attribution.bootstrap import block_bootstrap, residual_block_s
-from jouleprof.attribution.common import EXCLUDED, IDLE, Timeline
+from jouleprof.attribution.common import IDLE, Timeline
 from jouleprof.attribution.counter_scan import (
     OffsetScan,
     is_ambiguous,
@@ -99,16 +100,11 @@ from jouleprof.attribution.grid import (
     wanted_signals,
     with_power_pieces,
 )
-from jouleprof.attribution.kernels import counter_delays
 from jouleprof.attribution.parallel import Beside, PrefetchingFit
 from jouleprof.attribution.pinned import pinned_spread
 from jouleprof.attribution.placement import (
     NO_DELAY,
     PARAMS,
-    Placement,
-    floor_map,
-    refine,
-    row_weights,
 )
 from jouleprof.attribution.regression_choice import (  # noqa: F401  (re-exported)
     BIN_KEEP_RATIO,
@@ -123,6 +119,7 @@ from jouleprof.attribution.regression_config import (  # noqa: F401  (re-exporte
     RegressionConfig,
     check_kernel,
 )
+from jouleprof.attribution.regression_fit import fit_pass, fit_passes
 from jouleprof.attribution.regression_results import (  # noqa: F401  (re-exported)
     CEILING_MARGIN,
     METHOD,
@@ -136,226 +133,18 @@ from jouleprof.attribution.regression_results import (  # noqa: F401  (re-export
     _refresh_coverage,
     _terms,
 )
+from jouleprof.attribution.regression_sensitivity import perturbations, sensitivities
 from jouleprof.attribution.result import DeviceAttribution
 from jouleprof.attribution.rows import (
-    AVERAGE,
     BUFFER,
-    COUNTER,
     INSTANT,
     KIND_NAMES,
-    BufferScale,
-    buffer_rows,
-    buffer_scale,
-    merge_rows,
-    sensor_rows,
 )
 from jouleprof.attribution.stages import stage
 from jouleprof.attribution.stall import STALL, split_stalls
 from jouleprof.errors import AttributionError
 
 log = logging.getLogger(__name__)
-
-_GAIN_PRIOR_SD = 0.05  # the power fields' scale relative to the counter: ±5 % a priori
-
-
-@dataclass
-class _Fit:
-    """One pass of the fit: the rows, where they sit, their weights and the powers."""
-
-    pl: Placement
-    cover: np.ndarray
-    theta: np.ndarray
-    theta_cov: np.ndarray
-    w: np.ndarray
-    x: np.ndarray
-    power: np.ndarray
-    half_s: float
-    center_s: float
-    buffer_scale: BufferScale | None = None
-    prior_sd: np.ndarray | None = None
-
-
-def _counter_delays(cfg: RegressionConfig):
-    """The counter's response as point delays (`kernels.counter_delays`); NO_DELAY when the
-    config sets neither a tail nor a lag."""
-    if cfg.counter_tail_s == 0 and cfg.counter_lag_s == 0:
-        return NO_DELAY
-    return counter_delays(cfg.counter_tail_s, cfg.counter_tail_fraction, cfg.counter_lag_s)
-
-
-def _fit_pass(
-    dev,
-    timeline: Timeline,
-    jc: JitterGrid,
-    jp: JitterGrid,
-    cfg: RegressionConfig,
-    buffer=None,
-    pieces=None,
-):
-    """Build the rows on the grids `jc` (counter) and `jp` (power fields), and the power
-    buffer's rows where `buffer` (its samples of this device) is given, and fit them.
-    `pieces` ([(t0_s, t1_s, grid)], `grid.power_pieces`): the instant rows of each stretch of
-    the run come from its own grid instead of `jp`."""
-    instant = (cfg.instant_window_s, cfg.instant_weight) if cfg.use_instant else None
-    rows = sensor_rows(
-        dev,
-        {COUNTER: jc.grid, INSTANT: jp.grid, AVERAGE: jp.grid},
-        counter_weight=cfg.counter_weight if cfg.use_counter else None,
-        instant=None if pieces else instant,
-        average=(cfg.average_window_s, cfg.average_weight) if cfg.use_average else None,
-    )
-    t = dev["t_s"].to_numpy(float)
-    for a_s, b_s, g in pieces or ():
-        try:
-            part = sensor_rows(
-                dev[(t >= a_s) & (t <= b_s)],
-                {INSTANT: g.grid},
-                counter_weight=None,
-                instant=instant,
-            )
-        except AttributionError:
-            continue  # a stretch with no usable instant reading
-        rows = merge_rows(rows, part)
-    if buffer is not None:
-        rows = merge_rows(
-            rows,
-            buffer_rows(
-                buffer,
-                cfg.buffer_window_s,
-                cfg.buffer_lag_s,
-                cfg.buffer_weight,
-                (float(t.min()), float(t.max())),
-            ),
-        )
-    sigma = np.array([jc.jitter_s, jp.jitter_s, jp.jitter_s, cfg.buffer_jitter_s])
-    delays = _counter_delays(cfg)
-    # A counter row whose energy trails the power reaches back (or, at a negative lag,
-    # forward) by its delays: the time it weighs must be clear of excluded time too.
-    counter = rows.kind == COUNTER
-    d_lo, d_hi = min(d for d, _ in delays), max(d for d, _ in delays)
-    a_s = np.where(counter, rows.t0_s - max(d_hi, 0.0), rows.t0_s)
-    b_s = np.where(counter, rows.t1_s - min(d_lo, 0.0), rows.t1_s)
-    # The share of each row's time that is excluded (from the edges near the row only).
-    inv = 1.0 / (b_s - a_s)
-    frac = timeline.knot_overlap(
-        np.column_stack([a_s, b_s]),
-        np.column_stack([-inv, inv]),
-        float(sigma.max()),
-        [timeline.names.index(nm) for nm in EXCLUDED],
-    )
-    r0, r1 = timeline.region_s
-    keep = (
-        (frac.max(axis=1) <= 1e-6)
-        & (a_s >= timeline.edges_s[0])
-        & (b_s <= timeline.edges_s[-1])
-        & (rows.t1_s > r0 - cfg.margin_s)
-        & (rows.t0_s < r1 + cfg.margin_s)
-    )
-    rows = rows.select(keep)
-    scale = None
-    if buffer is not None and np.any(rows.kind == BUFFER):
-        # The counter sets the scale: the buffer's rows are put on it before the fit.
-        scale = buffer_scale(
-            rows, buffer["t_s"].to_numpy(float), buffer["power_w"].to_numpy(float), cfg.buffer_lag_s
-        )
-        if scale is not None:
-            b = rows.kind == BUFFER
-            rows.power_w = np.where(b, rows.power_w / scale.scale, rows.power_w)
-    ones = np.ones(len(rows))
-    seconds = timeline.knot_overlap(
-        np.column_stack([rows.t0_s, rows.t1_s]), np.column_stack([-ones, ones]), 0.0
-    )
-    cover = (seconds > 1e-9).sum(axis=0)
-    cols = [j for j, nm in enumerate(timeline.names) if nm not in EXCLUDED and cover[j] > 0]
-    if len(rows) < 2 * len(cols) or not cols:
-        raise AttributionError(
-            f"only {len(rows)} sensor intervals fall in the analysed steps: the run is too "
-            "short for regression (record more steps)"
-        )
-    mid = rows.mid_s
-    half = max(0.5 * float(mid[-1] - mid[0]), 1e-9)
-    center = 0.5 * float(mid[-1] + mid[0])
-    idle = timeline.names.index(IDLE) if IDLE in timeline.names else None
-    floor = (
-        floor_map(len(cols), cols.index(idle))
-        if cfg.floor_at_idle and idle in cols and len(cols) > 1
-        else None
-    )
-    pl = Placement(
-        timeline,
-        rows,
-        cols,
-        sigma,
-        np.clip((mid - center) / half, -1, 1),
-        cfg.instant_kernel,
-        cfg.buffer_kernel,
-        delays,
-        floor,
-    )
-    kind_w = np.array(
-        [cfg.counter_weight, cfg.instant_weight, cfg.average_weight, cfg.buffer_weight]
-    )
-
-    # Fit, reweigh, refine where the rows sit in time, reweigh there, fit again.
-    w = rows.weight
-    theta = np.zeros(len(PARAMS))
-    x, y = pl.design(theta), pl.target(theta)
-    power = pl.fit_powers(x, y, w)
-    w0 = cfg.instant_window_s
-    fit_window = cfg.fit_instant_window and bool(np.any(rows.kind == INSTANT))
-    has_counter = bool(np.any(rows.kind == COUNTER))
-    has_fields = bool(np.any((rows.kind == INSTANT) | (rows.kind == AVERAGE)))
-    has_buffer = bool(np.any(rows.kind == BUFFER))
-    c_shift_sd, c_drift_sd = jc.offset_se_s, jc.period_se_s * half / jc.grid.period_s
-    if cfg.counter_shift_sd_s is not None:
-        c_shift_sd = c_drift_sd = cfg.counter_shift_sd_s
-    elif delays != NO_DELAY:
-        # The kernel was measured against the grid where the counter's reads put it; its lag
-        # and this shift are one term, so the shift stays within the lag's uncertainty.
-        c_shift_sd = min(c_shift_sd, COUNTER_KERNEL_SHIFT_SD_S)
-        c_drift_sd = min(c_drift_sd, COUNTER_KERNEL_SHIFT_SD_S)
-    prior_sd = np.maximum(
-        [
-            c_shift_sd,
-            c_drift_sd,
-            jp.offset_se_s,
-            jp.period_se_s * half / jp.grid.period_s,
-            0.4 * w0 if fit_window else 0.0,
-            # A power signal's scale is free only where the counter can set it.
-            _GAIN_PRIOR_SD if has_counter and has_fields else 0.0,
-            cfg.buffer_lag_sd_s if has_buffer else 0.0,
-        ],
-        1e-9,
-    )
-    theta_cov = np.diag(prior_sd**2)
-    if cfg.reweight:
-        w = row_weights(pl, x, power, kind_w, theta)
-    if cfg.refine_grid:
-        # Bounds only against runaway steps: the prior does the regularizing.
-        lo, hi = -5 * prior_sd - 2e-3, 5 * prior_sd + 2e-3
-        lo[4] = max(lo[4], -0.8 * w0)
-        hi[4] = min(hi[4], jp.grid.period_s - w0)
-        lo[5], hi[5] = max(lo[5], -0.5), min(hi[5], 0.5)
-        # Twice: the weights of the first round were taken where the rows sat before.
-        for _ in range(2 if cfg.reweight else 1):
-            theta, theta_cov = refine(pl, w, theta, prior_sd, (lo, hi))
-            x, y = pl.design(theta), pl.target(theta)
-            power = pl.fit_powers(x, y, w)
-            if cfg.reweight:
-                w = row_weights(pl, x, power, kind_w, theta)
-    power = pl.fit_powers(x, y, w)
-    return _Fit(pl, cover, theta, theta_cov, w, x, power, half, center, scale, prior_sd)
-
-
-def _moved(jg: JitterGrid, shift_s: float, drift_s: float, center_s: float, half_s: float):
-    """`jg` with its grid moved by shift + drift·(t − center)/half (a new offset and period)."""
-    g = jg.grid
-    period = g.period_s * (1.0 + drift_s / half_s)
-    k0 = np.round((center_s - g.offset_s) / g.period_s)
-    anchor = g.offset_s + k0 * g.period_s
-    anchor += shift_s + drift_s * (anchor - center_s) / half_s
-    grid = replace(g, period_s=float(period), offset_s=float(anchor % period))
-    return replace(jg, grid=grid)
 
 
 @dataclass(frozen=True)
@@ -370,7 +159,7 @@ class _Grids:
     pieces: list | None = None
     """The power fields' grid fitted piece by piece over a long run (`grid.power_pieces`)."""
     passes: dict = field(default_factory=dict)
-    """Config (intervals set) → its fit's passes (`_passes`), each computed once."""
+    """Config (intervals set) → its fit's passes (`passes`), each computed once."""
     counter_scan: OffsetScan | None = None
     """Where the counter grid was ambiguous: the scan that placed it (`counter_scan`)."""
 
@@ -488,7 +277,7 @@ def _scan_counter(dev, timeline: Timeline, grids, cfg: RegressionConfig, buf, pi
 
     def rms_w(jc: JitterGrid) -> float:
         try:
-            f = _fit_pass(dev, timeline, jc, jp, quick, buf, pieces)
+            f = fit_pass(dev, timeline, jc, jp, quick, buf, pieces)
         except AttributionError as e:
             raise ValueError(str(e)) from e
         resid = f.pl.target(f.theta) - f.x @ f.power
@@ -515,81 +304,6 @@ def _describe(cfg: RegressionConfig) -> str:
     return "fit: " + ", ".join(parts)
 
 
-def _perturbations(f: _Fit, jc: JitterGrid, jp: JitterGrid, cfg: RegressionConfig):
-    """The sensor model's perturbations whose effect on the powers the intervals carry: each
-    (d_sigma, d_theta, d_stretch, d_scale) with the pair of placements (+, −) it is fitted on.
-    σ of each grid, the placement's posterior (along its eigenvectors), the buffer window's
-    length and scale, and the counter tail's length where one is set."""
-    pl, theta_cov, rows = f.pl, f.theta_cov, f.pl.rows
-    evals, evecs = np.linalg.eigh(theta_cov)
-    d_sig_c = np.array([jc.jitter_se_s, 0.0, 0.0, 0.0])
-    d_sig_p = np.array([0.0, jp.jitter_se_s, jp.jitter_se_s, 0.0])
-    no_theta = np.zeros(len(PARAMS))
-    perturb = [(d_sig_c, no_theta, 0.0, 0.0), (d_sig_p, no_theta, 0.0, 0.0)]
-    perturb += [
-        (np.zeros(4), np.sqrt(max(ev, 0.0)) * evecs[:, i], 0.0, 0.0) for i, ev in enumerate(evals)
-    ]
-    if np.any(rows.kind == BUFFER) and cfg.buffer_window_rel_sd > 0:
-        # The buffer's window was measured on another load (its shape and length trade off
-        # there within a few percent of residual): what would a longer or shorter one change?
-        perturb.append((np.zeros(4), no_theta, cfg.buffer_window_rel_sd, 0.0))
-    if f.buffer_scale is not None and f.buffer_scale.sd > 0:
-        # And its scale, set against the counter block by block.
-        perturb.append((np.zeros(4), no_theta, 0.0, f.buffer_scale.sd / f.buffer_scale.scale))
-    pls = [(pl, pl)] * len(perturb)
-    if cfg.counter_tail_s > 0 and cfg.counter_tail_fraction > 0 and cfg.counter_tail_rel_sd > 0:
-        # The tail was measured on another load: what would a longer or shorter one change?
-        taus = cfg.counter_tail_s * (1.0 + np.array([1.0, -1.0]) * cfg.counter_tail_rel_sd)
-        pls.append(
-            tuple(
-                replace(pl, counter_delays=_counter_delays(replace(cfg, counter_tail_s=tau)))
-                for tau in taus
-            )
-        )
-        perturb.append((np.zeros(4), no_theta, 0.0, 0.0))
-    return perturb, pls
-
-
-def _sensitivities(pl: Placement, x, w, theta, perturb, pls) -> list[np.ndarray]:
-    """How the powers move under each perturbation of the sensor model (`_perturbations`):
-    half the difference of the fits at + and −. Only the rows a perturbation moves are designed
-    again; `x` (the design at `theta`) holds the rest."""
-    rows, sigma = pl.rows, pl.sigma_s
-    sens = []
-    for (d_sigma, d_theta, d_stretch, d_scale), pl_pm in zip(perturb, pls, strict=True):
-        fits = []
-        for sign, pl_s in zip((1.0, -1.0), pl_pm, strict=True):
-            th = theta + sign * d_theta
-            m = pl.moved_rows(sign * d_theta, sign * d_sigma, 1.0 + sign * d_stretch)
-            if pl_s is not pl:
-                m |= rows.kind == COUNTER  # another counter kernel
-            xs = x.copy()
-            if m.any():
-                xs[m] = pl_s.design(th, sigma + sign * d_sigma, 1.0 + sign * d_stretch, only=m)
-            fits.append(pl.fit_powers(xs, pl.target(th, 1.0 + sign * d_scale), w))
-        sens.append(0.5 * (fits[0] - fits[1]))
-    return sens
-
-
-def _passes(found: _Grids, timeline: Timeline, jc: JitterGrid, jp: JitterGrid, cfg):
-    """The fit's passes (`_fit_pass`): (fit, counter grid, power grid, the grids' shifts)."""
-    dev = found.dev
-    with stage("rows and placement"):
-        f = _fit_pass(dev, timeline, jc, jp, cfg, found.buffer, found.pieces)
-    # A grid found to sit further off than the margins its reads were labelled with may have
-    # given some readings to the wrong refresh: label them again on the moved grids.
-    moved = [0.0, 0.0]
-    th = f.theta
-    c_off, p_off = abs(th[0]) + abs(th[1]), abs(th[2]) + abs(th[3])
-    if c_off > 0.5 * (3 * jc.jitter_s + 1e-3) or p_off > 1.5 * max(jp.jitter_s, 0.5e-3):
-        moved = [float(th[0]), float(th[2])]
-        jc = _moved(jc, th[0], th[1], f.center_s, f.half_s)
-        jp = _moved(jp, th[2], th[3], f.center_s, f.half_s)
-        with stage("rows and placement, relabelled"):
-            f = _fit_pass(dev, timeline, jc, jp, cfg, found.buffer, found.pieces)
-    return f, jc, jp, moved
-
-
 def _attribute(found: _Grids, timeline: Timeline, device: str, cfg: RegressionConfig):
     with stage(_describe(cfg)):
         return _attribute_model(found, timeline, device, cfg)
@@ -613,7 +327,7 @@ def _attribute_model(found: _Grids, timeline: Timeline, device: str, cfg: Regres
     # reuses the passes of the point fit that chose it.
     key = replace(cfg, intervals=True)
     if key not in found.passes:
-        found.passes[key] = _passes(found, timeline, jc, jp, cfg)
+        found.passes[key] = fit_passes(found, timeline, jc, jp, cfg)
     f, jc, jp, moved = found.passes[key]
     pl, theta, theta_cov, w, x, power = f.pl, f.theta, f.theta_cov, f.w, f.x, f.power
     rows, cols, cover = pl.rows, pl.cols, f.cover
@@ -641,7 +355,7 @@ def _attribute_model(found: _Grids, timeline: Timeline, device: str, cfg: Regres
     # A point-only fit (one that only chooses a setting) has none.
     if cfg.intervals:
         with stage("sensor-model spread"):
-            sens = _sensitivities(pl, x, w, theta, *_perturbations(f, jc, jp, cfg))
+            sens = sensitivities(pl, x, w, theta, *perturbations(f, jc, jp, cfg))
     else:
         sens = [np.zeros_like(power)]
     # One row per perturbation: how every power moves together. Phases that trade energy
