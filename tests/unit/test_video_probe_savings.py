@@ -29,6 +29,19 @@ def _row(method, mem, s, j, lo, hi, status="ok", model="m", ck="off"):
     }
 
 
+def _probe_dir(tmp_path, rows) -> Path:
+    """A probe directory holding `rows` as its probe.csv."""
+    import csv
+
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    with (probe / "probe.csv").open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    return probe
+
+
 def test_ratios_against_full_with_combined_bounds(load_benchmark):
     from jouleprof.report import probe_savings as sv
 
@@ -144,13 +157,9 @@ def test_summarize_writes_the_savings_of_a_probe_directory(tmp_path):
 
     from jouleprof.cli.main import app
 
-    probe = tmp_path / "probe"
-    probe.mkdir()
-    rows = [_row("full", 1000, 0.2, 40, 38, 42), _row("lora", 800, 0.1, 30, 29, 31)]
-    with (probe / "probe.csv").open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+    probe = _probe_dir(
+        tmp_path, [_row("full", 1000, 0.2, 40, 38, 42), _row("lora", 800, 0.1, 30, 29, 31)]
+    )
     r = CliRunner().invoke(app, ["summarize", str(probe)])
     assert r.exit_code == 0, r.output
     md = (probe / "probe_savings.md").read_text()
@@ -167,19 +176,14 @@ def test_summarize_writes_the_savings_of_a_probe_directory(tmp_path):
 def test_a_probe_without_gpu_figures_is_summarized_with_what_it_has(tmp_path):
     """A probe on a machine without a GPU records no memory and no energy: the table says n/a
     there and still compares the times (a CPU probe once ended summarize with a TypeError)."""
-    import csv
 
     from typer.testing import CliRunner
 
     from jouleprof.cli.main import app
 
-    probe = tmp_path / "probe"
-    probe.mkdir()
-    rows = [_row("full", "", 0.2, "", "", ""), _row("lora", "", 0.1, "", "", "")]
-    with (probe / "probe.csv").open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+    probe = _probe_dir(
+        tmp_path, [_row("full", "", 0.2, "", "", ""), _row("lora", "", 0.1, "", "", "")]
+    )
     r = CliRunner().invoke(app, ["summarize", str(probe)])
     assert r.exit_code == 0, r.output
     md = (probe / "probe_savings.md").read_text()
