@@ -115,6 +115,15 @@ def test_replay_outside_a_step_runs_once():
     assert n == [1, 2, 2]
 
 
+def test_replay_of_something_not_callable_says_what_to_pass_and_records_nothing():
+    clock = ManualClock()
+    rec = PhaseRecorder(clock, device="cpu")
+    with rec.step(), pytest.raises(TypeError, match=r"replay\('copy', fn, \.\.\.\): fn must"):
+        rec.replay("copy", 5)
+    rec.close()
+    assert not [s for s in rec.sink.spans if s.phase == "copy"]
+
+
 def test_profile_takes_repeat_and_refuses_a_bad_value(tmp_path):
     out = tmp_path / "rep"
     cfg = jouleprof.RepeatConfig(fraction=1.0, window_s=60.0)

@@ -332,6 +332,11 @@ class PhaseRecorder:
         steps of its window it runs a second time, back to back, as a second span of the same
         phase, and the second call's result is returned; otherwise once.
         """
+        if not callable(fn):
+            raise TypeError(
+                f"replay({name!r}, fn, ...): fn must be the callable that runs the phase, got "
+                f"{type(fn).__name__}; pass it with its arguments: replay('copy', x.to, 'cuda')"
+            )
         ctx = self.phase(name)
         with ctx:
             out = fn(*args, **kwargs)
