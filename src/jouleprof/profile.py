@@ -255,6 +255,8 @@ class profile:  # noqa: N801 - used as `with jouleprof.profile(...)`, like a fun
         return chosen
 
     def _print(self) -> None:
+        from rich.markup import escape
+
         from jouleprof.cli.attribute import print_phases_file
         from jouleprof.cli.console import err_console, note
         from jouleprof.store.rundir import RunDir
@@ -262,5 +264,5 @@ class profile:  # noqa: N801 - used as `with jouleprof.profile(...)`, like a fun
         print_phases_file(self.run_dir)
         sim = RunDir(self.run_dir).read_record().extra.get("simulated_gpu")
         if sim:
-            err_console.print(f"[bold magenta]{sim['note']}[/]", highlight=False)
+            err_console.print(f"[bold magenta]{escape(sim['note'])}[/]", highlight=False)
         note(f"run directory: {self.run_dir}")

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from jouleprof.cli.console import err_console, fail, note, out_console, working
 
@@ -379,7 +380,8 @@ def attribute_cmd(
     sim = _simulated(run_dir)
     if sim is not None and device is None:
         device = sim.get("device", "sim0")
-        err_console.print(f"[bold magenta]{sim.get('note', 'SIMULATED GPU')}[/]", highlight=False)
+        shown = escape(sim.get("note", "SIMULATED GPU"))
+        err_console.print(f"[bold magenta]{shown}[/]", highlight=False)
     if sim is not None and method == "regression" and bins is None:
         # The simulated phases draw flat power: bins add nothing but cost (a CPU's long phases).
         opts["bins"] = False

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from jouleprof.cli.console import err_console, fail, note
 
@@ -54,7 +55,7 @@ def collect_cmd(
         for c in ("run", "status", "why"):
             t.add_column(c, overflow="fold")
         for r in bad:
-            t.add_row(str(r["run_dir"]), str(r["status"]), str(r.get("error") or ""))
+            t.add_row(*(escape(str(v)) for v in (r["run_dir"], r["status"], r.get("error") or "")))
         err_console.print(t)
     if not rows:
         note(f"no run directory (run.json or cell.json) under {directory}")

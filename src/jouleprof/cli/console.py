@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 
 from jouleprof.types import Figure
 
@@ -13,11 +14,11 @@ out_console = Console()
 
 
 def error(message: str) -> None:
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False)
+    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False)
 
 
 def note(message: str) -> None:
-    err_console.print(f"[dim]{message}[/]", highlight=False)
+    err_console.print(f"[dim]{escape(message)}[/]", highlight=False)
 
 
 def fail(message: str, code: int = 2) -> None:
@@ -33,7 +34,7 @@ def figure_text(f: Figure, reasons: list[str] | None = None) -> str:
     once (shown under the table) and the figure refers to it: the same reason is said once."""
     if f.value is None:
         if reasons is None:
-            return f"[yellow]unavailable[/] ({f.reason})"
+            return f"[yellow]unavailable[/] ({escape(str(f.reason))})"
         reason = f.reason or ""
         # A reason that quotes an earlier one refers to it instead of repeating it.
         for i, earlier in enumerate(list(reasons), 1):
@@ -75,6 +76,7 @@ class working:
 
     def __init__(self, message: str, quiet: bool = False) -> None:
         self.message = message
+        self._shown = escape(message)
         self.quiet = quiet
         self._progress: Any = None
 
@@ -94,13 +96,13 @@ class working:
             transient=True,
         )
         self._progress.start()
-        self._task = self._progress.add_task(self.message, total=None)
+        self._task = self._progress.add_task(self._shown, total=None)
         return self
 
     def update(self, message: str) -> None:
         """Change the line's text (a stage of the work)."""
         if self._progress is not None:
-            self._progress.update(self._task, description=message)
+            self._progress.update(self._task, description=escape(message))
 
     def __exit__(self, exc_type, exc, tb) -> None:
         import time

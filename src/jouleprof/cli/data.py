@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from jouleprof.cli.console import err_console, fail, note, out_console
 
@@ -70,12 +71,12 @@ def manifest_cmd(
     )
     if manifest.skipped:
         err_console.print(
-            f"[yellow]warning:[/] {len(manifest.skipped)} file(s) under {root} were not used "
-            f"(all listed in {path.with_name(path.stem + '.skipped.csv')}):",
+            f"[yellow]warning:[/] {len(manifest.skipped)} file(s) under {escape(str(root))} were "
+            f"not used (all listed in {escape(str(path.with_name(path.stem + '.skipped.csv')))}):",
             highlight=False,
         )
         for s in manifest.skipped[:MAX_LISTED]:
-            err_console.print(f"  {s.path}: {s.reason}", highlight=False)
+            err_console.print(f"  {s.path}: {s.reason}", highlight=False, markup=False)
         if len(manifest.skipped) > MAX_LISTED:
             err_console.print(f"  … and {len(manifest.skipped) - MAX_LISTED} more", highlight=False)
     irregular = manifest.info.get("irregular_names") or []
@@ -88,7 +89,7 @@ def manifest_cmd(
     if mismatch:
         err_console.print(
             f"[yellow]warning:[/] {len(mismatch)} clip(s) whose name's class differs from their "
-            f"folder (the folder was used), e.g. {mismatch[:3]}",
+            f"folder (the folder was used), e.g. {escape(str(mismatch[:3]))}",
             highlight=False,
         )
 
@@ -153,11 +154,11 @@ def cache_cmd(
     if report.failed:
         err_console.print(
             f"[yellow]warning:[/] {len(report.failed)} clip(s) could not be decoded (listed in "
-            f"{cache.folder / 'errors.csv'}; rerun to retry them):",
+            f"{escape(str(cache.folder / 'errors.csv'))}; rerun to retry them):",
             highlight=False,
         )
         for rel, why in report.failed[:MAX_LISTED]:
-            err_console.print(f"  {rel}: {why}", highlight=False)
+            err_console.print(f"  {rel}: {why}", highlight=False, markup=False)
         raise typer.Exit(1)
 
 

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from jouleprof.cli.console import err_console, fail, note, working
 
@@ -104,7 +105,7 @@ def infer_cmd(
         t.add_row("mean power", _fmt(r["power_w"], "W"))
     else:
         why = str(r["energy_note"]).removeprefix("unavailable: ")
-        t.add_row(f"energy ({unit})", f"unavailable ({why})")
+        t.add_row(f"energy ({unit})", f"unavailable ({escape(why)})")
     t.add_row("energy window", f"{r['window_s']:.2f} s, {r['window_passes']} passes")
     t.add_row(
         "peak allocated memory",

@@ -11,6 +11,7 @@ import json
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from jouleprof.cli.console import fail
 
@@ -87,7 +88,7 @@ def train_cmd(
     if res["eta"] is not None:
         c.print(f"  efficiency η      {res['eta']:.2f} (speedup over ideal, unfitted)")
     for n in res["notes"]:
-        c.print(f"  [yellow]note:[/] {n}")
+        c.print(f"  [yellow]note:[/] {escape(str(n))}")
 
 
 def register_predict(predict_app: typer.Typer) -> None:

@@ -163,6 +163,7 @@ def probe_video(
                 f"{row['model']:>13s} {row['method']:>7s} {row['precision']:>4s} {ck:>4s} "
                 f"b{row['batch']:<3d} {row['status']}{extra}",
                 highlight=False,
+                markup=False,  # an error's text may hold brackets (pip install 'x[quant]')
             )
             bar.advance(task)
 

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from jouleprof.cli.console import err_console, fail, note, summary_table, working
 
@@ -202,7 +203,7 @@ def profile_cmd(
     print_phases_file(path)
     sim = rec.extra.get("simulated_gpu")
     if sim:
-        err_console.print(f"[bold magenta]{sim['note']}[/]", highlight=False)
+        err_console.print(f"[bold magenta]{escape(sim['note'])}[/]", highlight=False)
     if report:
         from jouleprof.report.html import write_run_report
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from jouleprof.cli.console import out_console
 
@@ -41,11 +42,11 @@ def sensors_cmd(
             row["signal"],
             "[green]yes[/]" if row["available"] else "[red]no[/]",
             f"{period * 1e3:.1f} ms" if period else "—",
-            row.get("note") or "",
+            escape(row.get("note") or ""),
         )
     out_console.print(t)
     for n in report["notes"]:
-        out_console.print(f"[yellow]•[/] {n}")
+        out_console.print(f"[yellow]•[/] {escape(n)}")
 
 
 def register(app: typer.Typer) -> None:
