@@ -1,6 +1,7 @@
 """Every `jouleprof` command shown in the README's and docs' ```bash blocks names a command that
 exists and only options that command takes, so an example a user copies does not fail on a
-renamed flag. Parsed against the CLI's own command tree, in this process (nothing runs)."""
+renamed flag. Parsed against the CLI's own command tree, in this process (nothing runs). Their
+python blocks name only what exists, and their relative links reach a file and heading."""
 
 from __future__ import annotations
 
@@ -119,3 +120,24 @@ def test_documented_python_names_and_keywords_exist(page, code):
         for kw in node.keywords:
             if kw.arg is not None:
                 assert kw.arg in taken, f"{page}: {ast.unparse(node.func)} takes no {kw.arg}="
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor of a heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+LINKED_PAGES = [*PAGES, *sorted((ROOT / "benchmarks").glob("**/README.md"))]
+
+
+@pytest.mark.parametrize("page", LINKED_PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_relative_links_reach_their_file_and_heading(page):
+    for link in re.findall(r"\[[^\]]*\]\(([^)\s]+)\)", page.read_text()):
+        if link.startswith(("http://", "https://", "mailto:")):
+            continue
+        path, _, anchor = link.partition("#")
+        target = page.parent / path if path else page
+        assert target.exists(), f"{page.name}: link {link} reaches no file"
+        if anchor and target.suffix == ".md":
+            heads = re.findall(r"^#+ (.*)$", target.read_text(), flags=re.M)
+            assert anchor in {_slug(h) for h in heads}, f"{page.name}: no heading #{anchor}"
