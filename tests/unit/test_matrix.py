@@ -227,7 +227,7 @@ def _dead_writer() -> dict:
     import subprocess
 
     out = subprocess.run(
-        [sys.executable, "-c", "import json; from jouleprof.store.rundir import writer_info; "
+        [sys.executable, "-c", "import json; from jouleprof.store.liveness import writer_info; "
          "print(json.dumps(writer_info()))"],
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
@@ -236,7 +236,8 @@ def _dead_writer() -> dict:
 
 def test_collect_indexes_every_run_and_lists_the_broken(tmp_path):
     from jouleprof.bench.index import collect
-    from jouleprof.store.rundir import RunDir, writer_info
+    from jouleprof.store.liveness import writer_info
+    from jouleprof.store.rundir import RunDir
     from jouleprof.types import RunRecord
 
     run_matrix(tmp_path, {}, [ok("a", 1.0, lr=0.1), fails("b")], progress=False)

@@ -18,13 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from jouleprof.errors import RunDirError
-from jouleprof.store.rundir import (
-    RunDir,
-    effective_status,
-    read_csv_tolerant,
-    spans_covered,
-    writer_info,
-)
+from jouleprof.store.liveness import effective_status, writer_info
+from jouleprof.store.rundir import RunDir, read_csv_tolerant, spans_covered
 from jouleprof.types import PHASE_COLUMNS, SAMPLE_COLUMNS, SPAN_COLUMNS, RunRecord, RunStatus
 
 _num = st.floats(-1e6, 1e6, allow_nan=False, allow_infinity=False).map(lambda v: repr(float(v)))

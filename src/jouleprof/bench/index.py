@@ -226,7 +226,7 @@ def run_state(run_dir: Path) -> tuple[str, str]:
         return "corrupt", err
     if run is not None and run.get("status") == "running" and status == "incomplete":
         try:
-            from jouleprof.store.rundir import effective_status
+            from jouleprof.store.liveness import effective_status
 
             state = effective_status(run_dir)
             return state.status, state.reason or "still being written"

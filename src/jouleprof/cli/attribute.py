@@ -131,7 +131,7 @@ def results_from_frame(df) -> list[Any]:
 def _say_status(run_dir: Path) -> None:
     """A note where the run did not finish (crashed, killed, interrupted, still running)."""
     from jouleprof.errors import RunDirError
-    from jouleprof.store.rundir import effective_status
+    from jouleprof.store.liveness import effective_status
 
     try:
         state = effective_status(run_dir)
