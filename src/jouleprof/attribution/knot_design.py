@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import ndtr
 
-from jouleprof.attribution.common import _BLUR_REACH, Timeline
+from jouleprof.attribution.partition import _BLUR_REACH, Timeline
 
 _SQRT_2PI = np.sqrt(2.0 * np.pi)
 
