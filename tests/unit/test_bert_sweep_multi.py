@@ -87,6 +87,23 @@ def test_smoke_sweep_on_two_ranks_writes_rows_resumes_and_evaluates(tmp_path):
     assert set(block) == set(acc["fit_all"]) and all(b["gpus"] == [2] for b in block.values())
 
 
+def test_four_ranks_run_every_strategy_with_each_board_counted_once(tmp_path):
+    """The x4 path (tensor parallelism over 4 included), as the 2-rank sweep above."""
+    out = tmp_path / "sweep4"
+    r = _run("--gpus", "4", "--smoke", "--out", str(out), "--budget-s", "240", "--est-s", "5")
+    assert r.returncode == 0, r.stderr[-3000:]
+    with (out / "results.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert {x["strategy"] for x in rows} == {"ddp", "fsdp", "tp"}
+    done = [x for x in rows if x["status"] == "complete"]
+    assert len(done) >= len(rows) - 1, rows  # a gloo rank may abort on 2 cores (see above)
+    for x in done:
+        assert x["gpus"] == "4"
+        assert float(x["avg_power_w"]) == pytest.approx(1200.0, rel=0.05)  # 4 boards × 300 W
+        rec = json.loads((out / "runs" / x["id"] / "run.json").read_text())
+        assert rec["extra"]["distributed"]["world_size"] == 4
+
+
 def test_bad_input_is_one_line(tmp_path):
     r = _run("--gpus", "1", "--out", str(tmp_path / "x"))
     assert r.returncode == 2 and "--gpus must be ≥ 2" in r.stderr
