@@ -60,6 +60,10 @@ def test_tiny_study_runs_resumes_and_is_analyzed(tmp_path):
     assert "simulated GPU" in res["verdict"]
     assert {"accuracy", "train_gpu_energy_j"} <= set(res["anovas"])
     assert (out / "analysis" / "report.md").is_file()
+    # piped, the analysis prints its markdown whole: no table cut to 80 columns
+    r = jp("analyze", str(out), "--no-plots")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == (out / "analysis" / "report.md").read_text().strip()
 
 
 BAD = [

@@ -54,9 +54,12 @@ def analyze_cmd(
     if as_json:
         print(json.dumps(data, indent=2, default=str))
         return
-    from rich.markdown import Markdown
+    if out_console.is_terminal:
+        from rich.markdown import Markdown
 
-    out_console.print(Markdown(text))
+        out_console.print(Markdown(text))
+    else:  # a pipe or a log: the markdown itself, whose tables rich would cut to 80 columns
+        print(text)
     note(
         f"written: {out / 'report.md'}, {out / 'analysis.json'}"
         + (f", {len(res.plots)} plots" if res.plots else "")
