@@ -48,6 +48,9 @@ def infer_cmd(
     out: Annotated[Path | None, typer.Option(help="Run directory to create.")] = None,
 ) -> None:
     """Measure a model's inference: latency (mean/p50/p95), energy per clip, peak memory."""
+    from jouleprof.extras import require
+
+    require("jouleprof infer", "torch")
     from jouleprof.bench.infer import InferConfig, run_infer
     from jouleprof.errors import JouleprofError
     from jouleprof.measurement import DEFAULT_RUNS_DIR

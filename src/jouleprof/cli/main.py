@@ -106,6 +106,12 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as e:  # a user never gets a traceback; a developer asks for one
         if os.environ.get("JOULEPROF_DEBUG"):
             raise
+        from jouleprof.extras import advice
+
+        how = advice(e.name or "") if isinstance(e, ModuleNotFoundError) else None
+        if how is not None:  # an optional package this command needs
+            error(f"this command needs {e.name}, which is not installed: {how}")
+            sys.exit(2)
         error(
             f"unexpected {type(e).__name__}: {e} (a bug in jouleprof: please report it with "
             "the command; JOULEPROF_DEBUG=1 shows the traceback)"

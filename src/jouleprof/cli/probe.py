@@ -95,6 +95,9 @@ def probe_video(
     ] = True,
 ) -> None:
     """Train one step (plus warm-up and timed steps) of every cell; write DIR/probe.csv."""
+    from jouleprof.extras import VIDEO_MODULES, require
+
+    require("jouleprof probe video", *VIDEO_MODULES, extra="video")
     from jouleprof.bench.probe import PROBE_CSV, ProbeSpec, plan, run_probe
 
     try:

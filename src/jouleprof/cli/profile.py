@@ -122,6 +122,9 @@ def profile_cmd(
     ] = None,
 ) -> None:
     """Train WORKLOAD, measure it, attribute each phase's energy, and write a report."""
+    from jouleprof.extras import require
+
+    require("jouleprof profile", "torch")
     from jouleprof.bench.train import CellConfig, run_cell
     from jouleprof.bench.warmup import WarmupRule
     from jouleprof.cli.measure import parse_gpus

@@ -68,6 +68,9 @@ def video_cmd(
 ) -> None:
     """Fine-tune a video classifier, metered per phase; validation, test and deployment cost
     metered separately; NetScore variants with intervals in run.json."""
+    from jouleprof.extras import VIDEO_MODULES, require
+
+    require("jouleprof run video", *VIDEO_MODULES, extra="video")
     from jouleprof.bench.video_run import VideoRunConfig, run_video
     from jouleprof.errors import JouleprofError
 

@@ -117,6 +117,10 @@ def study_cmd(
         wl.config(preset, None, None, spec.overrides)  # a bad preset or field fails here
     except ValueError as e:
         fail(str(e))
+    if run_options.name == "local":  # a Slurm job's node brings its own packages
+        from jouleprof.extras import require
+
+        require("jouleprof study vjepa2", "torch")
     if spec.gpus is not None and getattr(run_options.executor, "gpus", None) is not None:
         fail("--parallel-gpus gives each cell its own GPU: leave --gpus out")
     try:

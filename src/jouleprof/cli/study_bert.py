@@ -156,6 +156,10 @@ def study_bert_cmd(
         for c in cells:
             typer.echo(c.cell_id)
         return
+    from jouleprof.extras import require
+
+    if executor == "local":  # a Slurm job's node brings its own packages
+        require("jouleprof study bert", "torch", "transformers", extra="train")
     from jouleprof.bench.matrix import run_matrix
 
     spec = {

@@ -94,6 +94,9 @@ def energy_study_cmd(
     ] = Path("jouleprof-runs/energy-aware"),
 ) -> None:
     """Train with L = L_CE + λ·E over architectures × datasets × λ × seeds; every cell measured."""
+    from jouleprof.extras import require
+
+    require("jouleprof study energy-aware", "torch")
     from jouleprof.cli.console import fail, note
     from jouleprof.energy_aware.regularizer import KINDS
     from jouleprof.workloads.energy_aware.datasets import DATASETS

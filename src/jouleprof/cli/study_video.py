@@ -99,6 +99,10 @@ def study_video_cmd(
     ),
 ) -> None:
     """Video fine-tuning: smoke; lr per method, then precision × checkpointing; confirm."""
+    from jouleprof.extras import VIDEO_MODULES, require
+
+    if executor == "local":  # a Slurm job's node brings its own packages
+        require("jouleprof study video", *VIDEO_MODULES, extra="video")
     from jouleprof.bench.video_study import DEFAULT_LRS, STAGES, VideoStudyConfig, run_video_study
 
     stages = STAGES if stage == "all" else _names(stage)
