@@ -53,12 +53,18 @@ def _run(*args, timeout=300):
 pytest.importorskip("transformers")
 
 
-def test_smoke_sweep_on_two_ranks_writes_rows_resumes_and_evaluates(tmp_path):
-    out = tmp_path / "sweep"
-    r = _run("--gpus", "2", "--smoke", "--out", str(out), "--budget-s", "240", "--est-s", "5")
+def _smoke_rows(ranks: int, out) -> list[dict]:
+    """The smoke sweep on `ranks` CPU processes into `out`; its results.csv rows."""
+    r = _run("--gpus", str(ranks), "--smoke", "--out", str(out), "--budget-s", "240",
+             "--est-s", "5")  # fmt: skip
     assert r.returncode == 0, r.stderr[-3000:]
     with (out / "results.csv").open() as f:
-        rows = list(csv.DictReader(f))
+        return list(csv.DictReader(f))
+
+
+def test_smoke_sweep_on_two_ranks_writes_rows_resumes_and_evaluates(tmp_path):
+    out = tmp_path / "sweep"
+    rows = _smoke_rows(2, out)
     planned, _ = _module().plan(2, smoke=True)
     assert sorted(x["id"] for x in rows) == sorted(p["id"] for p in planned)
     # A gloo rank was seen to abort in C++ on the 2-core CI machine (test_bert_strategies): the
@@ -90,10 +96,7 @@ def test_smoke_sweep_on_two_ranks_writes_rows_resumes_and_evaluates(tmp_path):
 def test_four_ranks_run_every_strategy_with_each_board_counted_once(tmp_path):
     """The x4 path (tensor parallelism over 4 included), as the 2-rank sweep above."""
     out = tmp_path / "sweep4"
-    r = _run("--gpus", "4", "--smoke", "--out", str(out), "--budget-s", "240", "--est-s", "5")
-    assert r.returncode == 0, r.stderr[-3000:]
-    with (out / "results.csv").open() as f:
-        rows = list(csv.DictReader(f))
+    rows = _smoke_rows(4, out)
     assert {x["strategy"] for x in rows} == {"ddp", "fsdp", "tp"}
     done = [x for x in rows if x["status"] == "complete"]
     assert len(done) >= len(rows) - 1, rows  # a gloo rank may abort on 2 cores (see above)

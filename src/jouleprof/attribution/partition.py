@@ -198,12 +198,9 @@ class Timeline:
         # Edges below every knot: the slope there (the share of each label) × Σ coefs × knots.
         lever = np.sum(coefs * (knots - knots[:, :1]), axis=1)  # Σ coefs × knots (Σ coefs = 0)
         out = self._slope_before(i0, cols) * lever[:, None]
-        n_near = i1 - i0
-        row = np.repeat(np.arange(n), n_near)
+        row, edge = _near_pairs(i0, i1)
         if not len(row):
             return out
-        first = np.cumsum(n_near) - n_near
-        edge = i0[row] + (np.arange(len(row)) - first[row])
         u = knots[row] - edges[edge][:, None]  # (pairs, knots)
         f = np.maximum(u, 0.0)
         if blurred:
@@ -259,12 +256,9 @@ class Timeline:
             out = self._slope_before(i0, cols) * lever[:, None]
         else:
             out = self._slope_before(i0, cols, power_w) * lever
-        n_near = i1 - i0
-        row = np.repeat(np.arange(n), n_near)
+        row, edge = _near_pairs(i0, i1)
         if not len(row):
             return out
-        first = np.cumsum(n_near) - n_near
-        edge = i0[row] + (np.arange(len(row)) - first[row])
         e_rel = edges[edge] - t_ref[row]  # the edge relative to the row's t_ref
         w_row, r_row = win[row], reach[row]
         v = -e_rel / w_row
@@ -307,6 +301,15 @@ class Timeline:
         if entry[1] is None or not np.array_equal(entry[1], power_w):
             entry[1], entry[2] = np.array(power_w, dtype=float), entry[0] @ power_w
         return entry[2][edge_index]
+
+
+def _near_pairs(i0: np.ndarray, i1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every (row, edge) with i0[row] ≤ edge < i1[row], flattened row by row: the edges near
+    each row that its overlap is computed on."""
+    n_near = i1 - i0
+    row = np.repeat(np.arange(len(i0)), n_near)
+    first = np.cumsum(n_near) - n_near
+    return row, i0[row] + (np.arange(len(row)) - first[row])
 
 
 class _EdgeSlopes:
