@@ -102,7 +102,10 @@ def test_four_ranks_run_every_strategy_with_each_board_counted_once(tmp_path):
     assert len(done) >= len(rows) - 1, rows  # a gloo rank may abort on 2 cores (see above)
     for x in done:
         assert x["gpus"] == "4"
-        assert float(x["avg_power_w"]) == pytest.approx(1200.0, rel=0.05)  # 4 boards × 300 W
+        # 4 simulated boards of 300 W, each counted once: a board missed or counted twice
+        # moves the job's mean power by a quarter. Under load on 2 cores a rank ends later
+        # than the others, and the job's time (the slowest rank's) lowers it by some percent.
+        assert 3.5 * 300 < float(x["avg_power_w"]) < 4.5 * 300, x
         rec = json.loads((out / "runs" / x["id"] / "run.json").read_text())
         assert rec["extra"]["distributed"]["world_size"] == 4
 
