@@ -125,6 +125,10 @@ def slurm(tmp_path_factory):
                 os.environ.pop("SLURM_CONF", None)
             else:
                 os.environ["SLURM_CONF"] = old
+        if "slurmd" in started:
+            # Cancel what is still queued or running first: a job's step (slurmstepd and its
+            # srun) outlives the daemons otherwise, and stayed behind after the suite.
+            _cancel_all(env)
         for name in ("slurmd", "slurmctld"):
             pid_file = d / f"{name}.pid"
             if pid_file.is_file():
@@ -132,6 +136,18 @@ def slurm(tmp_path_factory):
                     os.kill(int(pid_file.read_text().strip()), 15)
         if "munged" in started:
             subprocess.run([*munged[:3], "--stop"], capture_output=True, timeout=30)
+
+
+def _cancel_all(env: dict, wait_s: float = 15.0) -> None:
+    """scancel every job of the test's Slurm and wait (up to `wait_s`) for the queue to empty."""
+    run = dict(env=env, capture_output=True, text=True, timeout=30)
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        subprocess.run(["scancel", "--full", "--quiet", "--partition", "cpu"], **run)
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            if not subprocess.run(["squeue", "-h", "-o", "%i"], **run).stdout.strip():
+                return
+            time.sleep(0.3)
 
 
 def cell(cid: str, value: float, sleep_s: float = 0.0) -> Cell:
