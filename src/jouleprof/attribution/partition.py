@@ -155,12 +155,9 @@ class Timeline:
         lo = np.searchsorted(self.edges_s, raw - reach)
         hi = np.searchsorted(self.edges_s, raw + reach)
         # Every (reading, nearby edge) pair at once: the edge's blur times its slope changes.
-        n_near = hi - lo
-        row = np.repeat(np.arange(len(raw)), n_near)
+        row, edge = _near_pairs(lo, hi)
         if not len(row):
             return out
-        first = np.cumsum(n_near) - n_near
-        edge = lo[row] + (np.arange(len(row)) - first[row])
         u = np.abs(raw[row] - self.edges_s[edge]) / sig[row]
         blur = sig[row] * (_norm_pdf(u) - u * ndtr(-u))
         out += self._dslope.spread(row, edge, blur, len(raw))
@@ -267,11 +264,8 @@ class Timeline:
         j_lo = np.searchsorted(mult, v - r_row / w_row)
         j_hi = np.searchsorted(mult, v + r_row / w_row) if blurred else j_lo
         g = p_sum[row, j_lo] - e_rel * c_sum[row, j_lo]
-        n_blur = j_hi - j_lo
-        if np.any(n_blur > 0):
-            pair = np.repeat(np.arange(len(row)), n_blur)
-            start = np.cumsum(n_blur) - n_blur
-            k = j_lo[pair] + (np.arange(len(pair)) - start[pair])
+        if np.any(j_hi > j_lo):
+            pair, k = _near_pairs(j_lo, j_hi)  # each pair's knots within the blur's reach
             u = rel[row[pair], k] - e_rel[pair]
             s_p = sig[row[pair]]
             a = np.abs(u) / s_p
@@ -304,8 +298,8 @@ class Timeline:
 
 
 def _near_pairs(i0: np.ndarray, i1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Every (row, edge) with i0[row] ≤ edge < i1[row], flattened row by row: the edges near
-    each row that its overlap is computed on."""
+    """Every (row, index) with i0[row] ≤ index < i1[row], flattened row by row: the edges near
+    each reading or row that its overlap is computed on (or a pair's knots near its edge)."""
     n_near = i1 - i0
     row = np.repeat(np.arange(len(i0)), n_near)
     first = np.cumsum(n_near) - n_near
