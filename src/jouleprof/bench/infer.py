@@ -197,7 +197,7 @@ def infer_cost(forward, x, m, cfg: InferConfig, on_stage=None) -> dict[str, Any]
             stage(f"energy loop of {cfg.loop_s:g} s")
             t0 = now()
             h0 = time.perf_counter()
-            n = 0
+            n = shown_s = 0
             while True:
                 forward(x)
                 n += 1
@@ -206,7 +206,9 @@ def infer_cost(forward, x, m, cfg: InferConfig, on_stage=None) -> dict[str, Any]
                     elapsed_s = time.perf_counter() - h0
                     if elapsed_s >= cfg.loop_s:
                         break
-                    stage(f"energy loop {elapsed_s:.0f}/{cfg.loop_s:g} s, {n} passes")
+                    if int(elapsed_s) > shown_s:  # the line moves once a second, not per pass
+                        shown_s = int(elapsed_s)
+                        stage(f"energy loop {shown_s}/{cfg.loop_s:g} s, {n} passes")
             sync()
             t1 = now()
             dense()
