@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from jouleprof.cores import usable_cores
 from jouleprof.errors import SensorError
 from jouleprof.sensors.nvml import (
     import_pynvml,
@@ -202,10 +203,7 @@ def hardware_record(
             none (`gpus` then records NO_GPU_MEASURED as its reason).
         environ: where CUDA_VISIBLE_DEVICES is read from (default: os.environ).
     """
-    try:
-        usable = len(os.sched_getaffinity(0))
-    except AttributeError:
-        usable = missing("os.sched_getaffinity is not available on this OS")
+    usable = usable_cores() or missing("os.sched_getaffinity is not available on this OS")
     try:
         distribution = platform.freedesktop_os_release().get("PRETTY_NAME")
     except OSError:

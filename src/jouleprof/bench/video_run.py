@@ -138,11 +138,9 @@ def loader_workers(requested: int | None) -> int:
         return requested
     import os
 
-    try:
-        usable = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        usable = os.cpu_count() or 1
-    return min(4, usable)
+    from jouleprof.cores import usable_cores
+
+    return min(4, usable_cores() or os.cpu_count() or 1)
 
 
 def _device():
