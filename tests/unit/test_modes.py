@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
 
 import pytest
@@ -52,8 +53,9 @@ def test_not_installed_cross_check_says_how_to_install(mode, monkeypatch, tmp_pa
         importlib.util, "find_spec", lambda name, *a: None if name == mode else real(name, *a)
     )
     reason = unavailable_reason(mode)
-    assert reason == f"{mode} is not installed: pip install {mode}"
-    with pytest.raises(ModeUnavailable, match=f"pip install {mode}") as e:
+    how = f"pip install 'jouleprof[crosscheck]' (or pip install {mode})"
+    assert reason == f"{mode} is not installed: {how}"
+    with pytest.raises(ModeUnavailable, match=re.escape(how)) as e:
         modes.require(mode)
     assert isinstance(e.value, ImportError) and isinstance(e.value, JouleprofError)
     with pytest.raises(ModeUnavailable), modes.crosscheck(mode, tmp_path):

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from jouleprof.bench.executors import run_process, torchrun_argv
+from jouleprof.extras import advice
 
 if TYPE_CHECKING:
     from jouleprof.bench.matrix import Cell, Plan
@@ -106,7 +107,7 @@ class SlurmExecutor:
         try:
             import submitit
         except ImportError as e:
-            raise ImportError("the Slurm executor needs submitit: pip install submitit") from e
+            raise ImportError(f"the Slurm executor needs submitit: {advice('submitit')}") from e
         c = self.config
         longest_s = max(cell.timeout_s for cell in cells)
         params: dict[str, Any] = {

@@ -26,11 +26,16 @@ from enum import StrEnum
 from typing import Any
 
 from jouleprof.errors import JouleprofError
+from jouleprof.extras import advice
 from jouleprof.timeline.markers import NullRecorder
 
 log = logging.getLogger(__name__)
 
 J_PER_KWH = 3.6e6
+
+
+def _install(package: str) -> str:
+    return advice(package) or f"pip install {package}"
 
 
 class ModeUnavailable(JouleprofError, ImportError):
@@ -40,7 +45,7 @@ class ModeUnavailable(JouleprofError, ImportError):
         self.mode = mode
         self.package = package
         super().__init__(
-            f"mode {mode.value!r} needs {package}, which is not installed: pip install {package}"
+            f"mode {mode.value!r} needs {package}, which is not installed: {_install(package)}"
         )
 
 
@@ -118,7 +123,7 @@ def unavailable_reason(mode: Mode | str) -> str | None:
     if m.package is None:
         return None
     if importlib.util.find_spec(m.package) is None:
-        return f"{m.package} is not installed: pip install {m.package}"
+        return f"{m.package} is not installed: {_install(m.package)}"
     return None
 
 

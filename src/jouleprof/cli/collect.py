@@ -10,6 +10,7 @@ import typer
 from rich.markup import escape
 
 from jouleprof.cli.console import err_console, fail, note
+from jouleprof.extras import advice
 
 
 def collect_cmd(
@@ -46,7 +47,7 @@ def collect_cmd(
     if (directory / "runs.parquet").is_file() and parquet:
         note(f"also {directory / 'runs.parquet'}")
     elif parquet:
-        note("no runs.parquet: pyarrow is not installed (pip install pyarrow)")
+        note(f"no runs.parquet: pyarrow is not installed ({advice('pyarrow')})")
     bad = [r for r in rows if r["status"] not in OK_STATUSES]
     if bad:
         from rich.table import Table

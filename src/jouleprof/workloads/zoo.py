@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from jouleprof.extras import advice
+
 SOURCES = ("timm", "torchvision", "hf", "file")
 DEFAULT_INPUT = (3, 224, 224)
 
@@ -92,7 +94,7 @@ def _hf(name: str) -> ZooModel:
     try:
         import transformers
     except ImportError as e:
-        raise ValueError("hf models need transformers: pip install transformers") from e
+        raise ValueError(f"hf models need transformers: {advice('transformers')}") from e
     path = Path(name)
     try:
         # A local directory or an id already in the local cache; never a download.

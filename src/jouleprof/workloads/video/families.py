@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from jouleprof.errors import JouleprofError
+from jouleprof.extras import advice
 
 log = logging.getLogger(__name__)
 
@@ -252,7 +253,7 @@ def build_hiera(spec, num_classes, *, weights, tiny, frames, size):
             import hiera
     except ImportError as e:
         raise JouleprofError(
-            "hiera-b needs the hiera-transformer package: pip install hiera-transformer"
+            f"hiera-b needs the hiera-transformer package: {advice('hiera')}"
         ) from e
     from torch import nn
 
