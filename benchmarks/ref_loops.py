@@ -25,7 +25,8 @@ callbacks, which open their phases on the same `PhaseRecorder`). `<loop>_edges` 
 long gaps instead (`edges_config`: `ExciteConfig.edges`, sync gaps of 40-150 ms in 10 % of the
 steps in the first 75 %: load→idle→load edges longer than the power buffer's window, a test of
 whether they identify the window's length; benchmarks/edge_excite_sim.py). `<loop>_repeat`
-runs each of the base loop's replayable phases (user4's copy) twice back to back with chance
+runs each of the base loop's replayable phases (user4's copy, infer_mixed's three no_grad
+phases, vit_accum's copy-in and forward) twice back to back with chance
 30 % in the steps of the first 75 % (`loop_repeat`; benchmarks/results/ref_loops/
 simulated_repeat_rule). Each is an
 excited loop: its references are its base loop's: it makes none when the base loop runs in the

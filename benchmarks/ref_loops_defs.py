@@ -450,6 +450,10 @@ class VitAccum(_Trainable):
 
     name = "vit_accum"
     accum = 4
+    replayable = ("data", "forward")
+    """The copy in and the forward under autograd (its graph and loss overwritten by the second
+    run, dropout off): `vit_accum_repeat` pins the forward through the counter, beside the
+    backward whose estimate is over on both cards (benchmarks/results/ref_loops, H100)."""
 
     def build(self) -> None:
         import timm

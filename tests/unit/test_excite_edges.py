@@ -201,6 +201,26 @@ def test_a_repeat_loop_runs_its_replayable_phase_twice_in_some_steps(tmp_path):
     assert rec["extra"]["repeat"]["n_repeated_steps"] == len(twice)
 
 
+def test_vit_accum_repeat_runs_its_data_and_forward_twice_in_some_steps(tmp_path):
+    """vit_accum_repeat (smoke, CPU): in drawn steps the copy in and the forward run twice,
+    each its own span; the backward and the every-4th-step optimizer run once; it trains."""
+    pytest.importorskip("timm")
+    import pandas as pd
+
+    rl = _mod("ref_loops")
+    rep = rl.loop_repeat("vit_accum_repeat", 60.0)
+    assert rep.fraction == rl.REPEAT_FRACTION
+    row = rl.run_loop("vit_accum_repeat", tmp_path, 0.8, 0.4, True, "cpu", references=False)
+    assert row["n_steps"] > 0 and not (tmp_path / "ref").exists()
+    spans = pd.read_csv(tmp_path / "fine" / "spans.csv")
+    per_step = spans.groupby(["step", "phase"]).size().unstack(fill_value=0)
+    twice = per_step[per_step["forward"] == 2]
+    assert len(twice) > 0 and (per_step[["data", "forward"]] <= 2).all().all()
+    assert (per_step["backward"] == 1).all() and (per_step["optimizer"] <= 1).all()
+    rec = json.loads((tmp_path / "fine" / "run.json").read_text())
+    assert rec["extra"]["repeat"]["phases"] == ["data", "forward"]
+
+
 def test_a_repeats_marginal_energy_is_one_run_where_nothing_throttles(sim, tmp_path):
     """benchmarks/repeat_marginal.py on a simulated infer_h run whose loss repeats: on flat
     power, a step that repeats the loss holds one more loss run's energy, the others
