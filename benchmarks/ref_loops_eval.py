@@ -203,7 +203,7 @@ def phase_rows(
             row["steps_to_resolve"] = u["steps_to_resolve"]
             row["seconds_to_resolve"] = u["seconds_to_resolve"]
             row["steps_to_target"] = u["steps_to_target"]
-            row["not_by_steps"] = u["steps_to_resolve"] is None and u["fixed_rel"] is not None
+            row["not_by_steps"] = not_by_steps(u)
         rows.append(row)
     return rows
 
@@ -317,6 +317,15 @@ def reference_dir(loops_dir: Path, name: str) -> Path:
         f"no references for the excited loop {name}: it has no ref/ of its own and its base "
         f"loop {base} has no {base}/ref in {loops_dir} (run {base} in the same call, or "
         f"{name} without it, which then makes its own references)"
+    )
+
+
+def not_by_steps(need: dict) -> bool:
+    """Whether the attribution said that more steps alone cannot resolve this unresolved phase
+    (`steps_needed.UnresolvedNeed` as JSON): its interval's floor is the sensor model's spread,
+    or it sits in a joint row beside a partner fitted unphysically ("will not split it")."""
+    return need["steps_to_resolve"] is None and (
+        need["fixed_rel"] is not None or need.get("kind") == "partner"
     )
 
 

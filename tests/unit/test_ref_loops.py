@@ -178,3 +178,15 @@ def test_a_reference_off_the_steps_pace_both_ways_is_none():
     kept = ev._paced(refs.PhaseReference(**{**base, "added_ms": 1.1}), 1.06)
     assert kept.ref_j == 0.71 and kept.ref_source == "added (pace)"
     assert ev._paced(refs.PhaseReference(**{**base, "alone_ms": 1.1}), 1.06).ref_j == 0.76
+
+
+def test_an_unresolved_phase_beside_an_unphysical_partner_counts_as_not_by_steps():
+    """The attribution says "more steps alone will not split it" of a phase whose joint-row
+    partner was fitted unphysically (user4_repeat's spin beside the tiny kernels, H100): the
+    evaluation reports it as steps-alone-cannot, not as a phase missing its step count."""
+    ev = _mod("ref_loops_eval")
+    partner = {"steps_to_resolve": None, "fixed_rel": None, "kind": "partner"}
+    assert ev.not_by_steps(partner)
+    assert ev.not_by_steps({"steps_to_resolve": None, "fixed_rel": 1.1, "kind": "wide"})
+    assert not ev.not_by_steps({"steps_to_resolve": 4000, "fixed_rel": None, "kind": "wide"})
+    assert not ev.not_by_steps({"steps_to_resolve": None, "fixed_rel": None, "kind": "wide"})
