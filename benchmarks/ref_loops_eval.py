@@ -322,11 +322,10 @@ def reference_dir(loops_dir: Path, name: str) -> Path:
 
 def not_by_steps(need: dict) -> bool:
     """Whether the attribution said that more steps alone cannot resolve this unresolved phase
-    (`steps_needed.UnresolvedNeed` as JSON): its interval's floor is the sensor model's spread,
-    or it sits in a joint row beside a partner fitted unphysically ("will not split it")."""
-    return need["steps_to_resolve"] is None and (
-        need["fixed_rel"] is not None or need.get("kind") == "partner"
-    )
+    (`steps_needed.UnresolvedNeed` as JSON, read by its own rule)."""
+    from jouleprof.attribution.steps_needed import UnresolvedNeed
+
+    return UnresolvedNeed(**need).more_steps_cannot
 
 
 def closure(refs: dict, res, occ: dict) -> dict:

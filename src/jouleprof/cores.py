@@ -13,3 +13,9 @@ def usable_cores() -> int | None:
         return len(os.sched_getaffinity(0))
     except AttributeError:
         return None
+
+
+def pool_cores() -> int:
+    """The cores to size a pool of workers by: the usable ones, else the logical ones, at
+    least 1."""
+    return usable_cores() or os.cpu_count() or 1

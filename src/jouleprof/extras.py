@@ -49,6 +49,12 @@ def advice(module: str) -> str | None:
     return f"pip install 'jouleprof[{extra}]' (or pip install {_PIP_NAME.get(top, top)})"
 
 
+def install_line(module: str) -> str:
+    """The install line for `module`: its extra's (`advice`) where it is one of jouleprof's
+    optional packages, else a plain pip install of it."""
+    return advice(module) or f"pip install {module}"
+
+
 def require(what: str, *modules: str, extra: str | None = None) -> None:
     """Raise JouleprofError naming the first of `modules` that is not installed, what needs it
     (`what`, e.g. "jouleprof study video") and the install line: of `extra` where given (the
@@ -59,5 +65,5 @@ def require(what: str, *modules: str, extra: str | None = None) -> None:
         except (ImportError, ValueError):  # a parent missing, or sys.modules[m] set to None
             found = False
         if not found:
-            how = f"pip install 'jouleprof[{extra}]'" if extra else advice(m) or f"pip install {m}"
+            how = f"pip install 'jouleprof[{extra}]'" if extra else install_line(m)
             raise JouleprofError(f"{what} needs {m}, which is not installed: {how}")

@@ -184,9 +184,15 @@ def test_an_unresolved_phase_beside_an_unphysical_partner_counts_as_not_by_steps
     """The attribution says "more steps alone will not split it" of a phase whose joint-row
     partner was fitted unphysically (user4_repeat's spin beside the tiny kernels, H100): the
     evaluation reports it as steps-alone-cannot, not as a phase missing its step count."""
+    from jouleprof.attribution.steps_needed import UnresolvedNeed
+
     ev = _mod("ref_loops_eval")
-    partner = {"steps_to_resolve": None, "fixed_rel": None, "kind": "partner"}
-    assert ev.not_by_steps(partner)
-    assert ev.not_by_steps({"steps_to_resolve": None, "fixed_rel": 1.1, "kind": "wide"})
-    assert not ev.not_by_steps({"steps_to_resolve": 4000, "fixed_rel": None, "kind": "wide"})
-    assert not ev.not_by_steps({"steps_to_resolve": None, "fixed_rel": None, "kind": "wide"})
+
+    def need(kind, steps_to_resolve, fixed_rel):  # as the attribution's diagnostics hold it
+        return UnresolvedNeed("spin", kind, 1000, None, None, fixed_rel, steps_to_resolve,
+                              None, None, None, 0.05).to_json()  # fmt: skip
+
+    assert ev.not_by_steps(need("partner", None, None))
+    assert ev.not_by_steps(need("wide", None, 1.1))
+    assert not ev.not_by_steps(need("wide", 4000, None))
+    assert not ev.not_by_steps(need("wide", None, None))

@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 
 from jouleprof.attribution.stages import stage
-from jouleprof.cores import usable_cores
+from jouleprof.cores import pool_cores
 from jouleprof.errors import AttributionError
 
 PARALLEL: bool | None = None
@@ -89,7 +89,7 @@ def workers(n_cfgs: int, size: int) -> int:
         return 0
     if PARALLEL is None and not _fork_is_safe():
         return 0
-    cores = usable_cores() or os.cpu_count() or 1
+    cores = pool_cores()
     if PARALLEL:
         return max(2, min(n_cfgs, cores))
     if size < MIN_SAMPLES:

@@ -73,6 +73,14 @@ class UnresolvedNeed:
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
+    @property
+    def more_steps_cannot(self) -> bool:
+        """More steps alone will not resolve it: its interval's floor is the sensor model's
+        (`fixed_rel`), or its joint-row partner was fitted unphysically (`text` says which)."""
+        return self.steps_to_resolve is None and (
+            self.kind == "partner" or self.fixed_rel is not None
+        )
+
 
 def _kind(p: PhaseResult) -> str:
     note = p.note or ""

@@ -26,16 +26,12 @@ from enum import StrEnum
 from typing import Any
 
 from jouleprof.errors import JouleprofError
-from jouleprof.extras import advice
+from jouleprof.extras import install_line
 from jouleprof.timeline.markers import NullRecorder
 
 log = logging.getLogger(__name__)
 
 J_PER_KWH = 3.6e6
-
-
-def _install(package: str) -> str:
-    return advice(package) or f"pip install {package}"
 
 
 class ModeUnavailable(JouleprofError, ImportError):
@@ -45,7 +41,7 @@ class ModeUnavailable(JouleprofError, ImportError):
         self.mode = mode
         self.package = package
         super().__init__(
-            f"mode {mode.value!r} needs {package}, which is not installed: {_install(package)}"
+            f"mode {mode.value!r} needs {package}, which is not installed: {install_line(package)}"
         )
 
 
@@ -123,7 +119,7 @@ def unavailable_reason(mode: Mode | str) -> str | None:
     if m.package is None:
         return None
     if importlib.util.find_spec(m.package) is None:
-        return f"{m.package} is not installed: {_install(m.package)}"
+        return f"{m.package} is not installed: {install_line(m.package)}"
     return None
 
 

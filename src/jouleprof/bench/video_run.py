@@ -136,11 +136,9 @@ def loader_workers(requested: int | None) -> int:
     process may run on (more would only contend with each other and with the training loop)."""
     if requested is not None:
         return requested
-    import os
+    from jouleprof.cores import pool_cores
 
-    from jouleprof.cores import usable_cores
-
-    return min(4, usable_cores() or os.cpu_count() or 1)
+    return min(4, pool_cores())
 
 
 def _device():
