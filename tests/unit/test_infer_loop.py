@@ -142,7 +142,7 @@ def test_clip_protocol_reports_each_stage_outside_the_timed_passes():
     """A terminal's progress line is told every warm-up and latency pass and the energy loop;
     the latency passes stay the configured count (the stage calls sit outside their timing)."""
     stages: list[str] = []
-    cfg = InferConfig(model="x", precision="fp32", warmup=2, passes=3, sustained_s=0.05)
+    cfg = InferConfig(model="x.py:net", precision="fp32", warmup=2, passes=3, sustained_s=0.05)
     res = infer_cost(nn.Linear(8, 8), torch.randn(2, 8), None, cfg, on_stage=stages.append)
     assert stages[:5] == [
         "warm-up pass 1/2",
@@ -154,3 +154,16 @@ def test_clip_protocol_reports_each_stage_outside_the_timed_passes():
     assert stages[5] == "energy loop of 0.05 s"
     assert all(re.fullmatch(r"energy loop \d+/0.05 s, \d+ passes", s) for s in stages[6:])
     assert res["latency_passes"] == 3 and res["window_passes"] >= 1
+
+
+def test_an_unknown_model_is_refused_before_any_work():
+    """Neither a video model nor a zoo spec: one line naming both kinds, before the CPU note."""
+    from typer.testing import CliRunner
+
+    from jouleprof.cli.main import app
+
+    with pytest.raises(ValueError, match=r"unknown model 'hiera'.*hiera-b.*timm:NAME"):
+        InferConfig(model="hiera")
+    r = CliRunner().invoke(app, ["infer", "--model", "nope"])
+    assert r.exit_code == 2  # the CLI's exit code for bad input
+    assert "unknown model 'nope'" in r.output and "no CUDA device" not in r.output

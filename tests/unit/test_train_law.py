@@ -184,6 +184,26 @@ def test_predict_evaluate_train_rebuilds_the_committed_table():
         assert shipped[k] == pytest.approx(res["law_all_rows"][k], rel=1e-6), k
 
 
+@pytest.mark.skipif(not (SWEEP / "results.csv").is_file(), reason="no committed sweep")
+def test_predict_evaluate_train_reads_the_sweep_given_by_data(tmp_path):
+    """--data points --train at another sweep (a copy with one configuration left out), and a
+    folder without results.csv is refused in one line."""
+    lines = (SWEEP / "results.csv").read_text().splitlines(keepends=True)
+    kept = [lines[0]] + [ln for ln in lines[1:] if not ln.startswith("00-")]
+    assert len(kept) == len(lines) - 1
+    (tmp_path / "results.csv").write_text("".join(kept))
+    cmd = [sys.executable, "-m", "jouleprof.cli.main", "predict", "evaluate", "--train"]
+    r = subprocess.run([*cmd, "--json", "--data", str(tmp_path)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    committed = json.loads((SWEEP / "accuracy.json").read_text())
+    assert json.loads(r.stdout)["n_configs"] == committed["n_configs"] - 1
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    r = subprocess.run([*cmd, "--data", str(empty)], capture_output=True, text=True)
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+    assert r.stderr.strip().count("\n") == 0 and "has no results.csv" in r.stderr
+
+
 def test_predict_train_cli_json():
     cmd = [
         sys.executable,

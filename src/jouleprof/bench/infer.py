@@ -60,6 +60,11 @@ class InferConfig:
                 f"unknown protocol {self.protocol!r}: choose one of {', '.join(PROTOCOLS)}"
             )
         get_precision(self.precision)
+        if ":" not in self.model and self.model not in _video_names():
+            raise ValueError(
+                f"unknown model {self.model!r}: choose a video model ({', '.join(_video_names())}) "
+                "or a zoo spec (timm:NAME, torchvision:NAME, hf:NAME, path/to/module.py:factory)"
+            )
         if self.batch < 1 or self.passes < 1 or self.warmup < 0 or self.num_classes < 1:
             raise ValueError("batch, passes and num_classes must be ≥ 1 and warmup ≥ 0")
         if self.sustained_s is not None and self.sustained_s <= 0:

@@ -85,7 +85,9 @@ def evaluate_cmd(
         Path | None,
         typer.Option(
             help="Dataset directory (models_energy.csv, layers.csv, ops.parquet); default: the "
-            "repository's benchmarks/results/predict_dataset."
+            "repository's benchmarks/results/predict_dataset. With --train: a BERT sweep "
+            "directory (results.csv, from `jouleprof study bert`); default: "
+            "benchmarks/results/bert_sweep."
         ),
     ] = None,
     gpu: Annotated[str, typer.Option(help="GPU file the dataset was measured on.")] = "h200",
@@ -96,14 +98,7 @@ def evaluate_cmd(
 ) -> None:
     """Leave-family-out accuracy of the inference predictor and its baselines (from the dataset)."""  # noqa: E501
     if train:
-        try:
-            from jouleprof.predict.train_evaluate import evaluate
-        except ModuleNotFoundError as e:
-            if e.name != "jouleprof.predict.train_evaluate":
-                raise
-            fail("the training-energy predictor's evaluation (jouleprof.predict.train_evaluate) "
-                 "is not installed in this version")  # fmt: skip
-        evaluate(json_out)
+        _evaluate_train(data, gpu, json_out)
         return
     from jouleprof.predict.dataset import load_dataset
     from jouleprof.predict.evaluate import leave_family_out, metrics_table
@@ -142,3 +137,25 @@ def evaluate_cmd(
 def register_predict(predict_app: typer.Typer) -> None:
     predict_app.command("infer")(infer_cmd)
     predict_app.command("evaluate")(evaluate_cmd)
+
+
+def _evaluate_train(data: Path | None, gpu: str, json_out: bool) -> None:
+    """`predict evaluate --train`: the training-energy law's accuracy table from a BERT sweep
+    (`data`, else the committed one), with `gpu`'s ceilings."""
+    from jouleprof.predict.train_evaluate import default_sweep_dir, evaluate
+    from jouleprof.predict.train_laws import ceilings
+
+    try:
+        sweep = Path(data) if data is not None else default_sweep_dir()
+        ceilings(gpu)
+    except (FileNotFoundError, ValueError) as e:
+        fail(str(e))
+    except KeyError as e:
+        fail(f"GPU file {gpu!r} lacks {e}: give one from `jouleprof calibrate --out FILE.json`")
+    if not (sweep / "results.csv").is_file():
+        fail(f"{sweep} has no results.csv: give a BERT sweep directory "
+             "(`jouleprof study bert --out DIR` writes one)")  # fmt: skip
+    try:
+        evaluate(json_out, sweep_dir=sweep, gpu=gpu)
+    except (KeyError, ValueError) as e:
+        fail(f"cannot evaluate the sweep in {sweep}: {e}")

@@ -253,10 +253,13 @@ def strategy_check(law, rows, strategy_rows) -> list[dict[str, Any]]:
     return out
 
 
-def evaluate(json_out: bool = False, sweep_dir: str | Path | None = None) -> dict[str, Any]:
-    """Rebuild and print the accuracy table from the committed sweep."""
+def evaluate(
+    json_out: bool = False, sweep_dir: str | Path | None = None, gpu: str = "h200"
+) -> dict[str, Any]:
+    """Rebuild and print the accuracy table from a sweep (the committed one by default), with
+    `gpu`'s ceilings."""
     d = sweep_dir or default_sweep_dir()
-    result = evaluate_rows(load_rows(d), load_rows(d, strategies=True))
+    result = evaluate_rows(load_rows(d), load_rows(d, strategies=True), gpu=gpu)
     if json_out:
         print(json.dumps(result, indent=2))
         return result
