@@ -29,6 +29,14 @@ def fail(message: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
+def refuse_file_out(path) -> None:
+    """Exit with the CLI's one-line message where `--out` names an existing file."""
+    from pathlib import Path
+
+    if path is not None and Path(path).exists() and not Path(path).is_dir():
+        fail(f"--out {path} is a file, not a directory: choose another path")
+
+
 def figure_text(f: Figure, reasons: list[str] | None = None) -> str:
     """One figure as text. With `reasons`, an unavailable figure's reason is numbered there
     once (shown under the table) and the figure refers to it: the same reason is said once."""

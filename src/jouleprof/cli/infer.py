@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from jouleprof.cli.console import err_console, fail, note, working
+from jouleprof.cli.console import err_console, fail, note, refuse_file_out, working
 
 
 def _fmt(v, unit: str, digits: int = 4) -> str:
@@ -72,8 +72,7 @@ def infer_cmd(
     except ValueError as e:
         fail(str(e))
     path = out or Path(DEFAULT_RUNS_DIR) / new_run_id("infer")
-    if path.exists() and not path.is_dir():
-        fail(f"--out {path} is a file, not a directory: choose another path")
+    refuse_file_out(path)
     import torch
 
     if not torch.cuda.is_available():

@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from jouleprof.cli.console import err_console, fail, note, summary_table
+from jouleprof.cli.console import err_console, fail, note, refuse_file_out, summary_table
 
 
 def parse_gpus(text: str | None) -> tuple[int, ...] | None:
@@ -125,8 +125,7 @@ def measure_cmd(
         )
     if shutil.which(cmd[0]) is None:
         fail(f"command not found: {cmd[0]!r} (not a file and not on PATH)", code=127)
-    if out is not None and out.exists() and not out.is_dir():
-        fail(f"--out {out} is a file, not a directory: choose another path")
+    refuse_file_out(out)
     if simulate_gpu_w is not None and simulate_gpu_w < 0:
         fail(f"--simulate-gpu-w must be ≥ 0, got {simulate_gpu_w}")
     cfg = MeasureConfig(

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from jouleprof.cli.console import err_console, fail, note
+from jouleprof.cli.console import err_console, fail, note, refuse_file_out
 from jouleprof.interrupts import exit_code_of
 
 probe_app = typer.Typer(
@@ -129,8 +129,7 @@ def probe_video(
         )
     except ValueError as e:
         fail(str(e))
-    if out.exists() and not out.is_dir():
-        fail(f"--out {out} is a file, not a directory: choose another path")
+    refuse_file_out(out)
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     total = len(plan(spec))

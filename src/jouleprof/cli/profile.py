@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from jouleprof.cli.console import err_console, fail, note, summary_table, working
+from jouleprof.cli.console import err_console, fail, note, refuse_file_out, summary_table, working
 
 
 def profile_cmd(
@@ -174,8 +174,7 @@ def profile_cmd(
     except ValueError as e:
         fail(str(e))
     path = out or Path(DEFAULT_RUNS_DIR) / new_run_id(f"profile-{workload}")
-    if path.exists() and not path.is_dir():
-        fail(f"--out {path} is a file, not a directory: choose another path")
+    refuse_file_out(path)
     length = f"{steps} steps" if steps is not None else f"{duration_s:g} s"
     try:
         with working(

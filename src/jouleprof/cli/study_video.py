@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from jouleprof.cli.console import fail, note
+from jouleprof.cli.console import fail, note, refuse_file_out
 from jouleprof.interrupts import exit_code_of
 
 
@@ -101,6 +101,7 @@ def study_video_cmd(
     """Video fine-tuning: smoke; lr per method, then precision × checkpointing; confirm."""
     from jouleprof.extras import VIDEO_MODULES, require
 
+    refuse_file_out(out)
     if executor == "local":  # a Slurm job's node brings its own packages
         require("jouleprof study video", *VIDEO_MODULES, extra="video")
     from jouleprof.bench.video_study import DEFAULT_LRS, STAGES, VideoStudyConfig, run_video_study
