@@ -40,6 +40,12 @@ def test_study_bert_runs_a_cell_and_resumes(tmp_path):
     assert "done before" in again.stderr  # resumed: the cell is not run again
     rerun = json.loads((out / "cells" / "L1-H32-A2-S8-B2" / "run.json").read_text())
     assert rerun["run_id"] == rec["run_id"]
+    # the study's index is a sweep `predict evaluate --train` reads; without a GPU it has no
+    # energy to fit, and says so in one line
+    ev = run("predict", "evaluate", "--train", "--data", str(out))
+    assert ev.returncode == 2 and "Traceback" not in ev.stderr, ev.stderr[-2000:]
+    assert "no complete one-GPU configuration with a measured energy" in ev.stderr
+    assert "1 complete without one" in ev.stderr
 
 
 @pytest.mark.parametrize(

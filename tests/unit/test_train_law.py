@@ -201,7 +201,44 @@ def test_predict_evaluate_train_reads_the_sweep_given_by_data(tmp_path):
     empty.mkdir()
     r = subprocess.run([*cmd, "--data", str(empty)], capture_output=True, text=True)
     assert r.returncode != 0 and "Traceback" not in r.stderr
-    assert r.stderr.strip().count("\n") == 0 and "has no results.csv" in r.stderr
+    assert r.stderr.strip().count("\n") == 0 and "has no results.csv or runs.csv" in r.stderr
+
+
+def test_axis_roles_name_the_axis_each_configuration_varies():
+    from jouleprof.predict.train_evaluate import axis_roles
+
+    base = dict(layers=12, hidden=768, heads=12, seq=128, batch=32)
+    pts = [base, {**base, "layers": 2}, {**base, "seq": 64}, {**base, "layers": 6, "seq": 64}]
+    pts += [{**base, "layers": 24}]
+    assert axis_roles(pts) == ["base", "axis-layers", "axis-seq", "mixed", "axis-layers"]
+
+
+@pytest.mark.skipif(not (SWEEP / "results.csv").is_file(), reason="no committed sweep")
+def test_a_study_bert_index_is_read_as_a_sweep(tmp_path):
+    """A `jouleprof study bert` folder (runs.csv: cell ids, factors, no family column) loads the
+    same configurations as the sweep it came from; families come from the axes varied, and
+    multi-GPU or energy-less cells are left out."""
+    import csv
+
+    from jouleprof.predict.train_evaluate import AXES, load_rows
+
+    cols = ["cell_id", *AXES, "strategy", "gpus", "status", "s_per_step", "j_per_step"]
+    with (SWEEP / "results.csv").open() as f:
+        src = list(csv.DictReader(f))
+    with (tmp_path / "runs.csv").open("w", newline="") as f:
+        w = csv.DictWriter(f, cols)
+        w.writeheader()
+        for r in src:
+            w.writerow({"cell_id": r["id"], "gpus": 1, **{k: r[k] for k in cols[1:] if k in r}})
+        extra = {k: src[0][k] for k in cols[1:] if k in src[0]}
+        w.writerow({**extra, "cell_id": "x-ddp2", "strategy": "ddp", "gpus": 2})
+        w.writerow({**extra, "cell_id": "x-cpu", "gpus": 1, "j_per_step": ""})
+    mine, theirs = load_rows(tmp_path), load_rows(SWEEP)
+    assert [r["id"] for r in mine] == [r["id"] for r in theirs]
+    assert [r["j_per_step"] for r in mine] == [r["j_per_step"] for r in theirs]
+    roles = {r["id"]: r["role"] for r in mine}
+    assert sum(v == "axis-layers" for v in roles.values()) >= 3 and "base" in roles.values()
+    assert len(load_rows(tmp_path, strategies=True)) == len(load_rows(SWEEP, strategies=True))
 
 
 def test_predict_train_cli_json():

@@ -86,7 +86,7 @@ def evaluate_cmd(
         typer.Option(
             help="Dataset directory (models_energy.csv, layers.csv, ops.parquet); default: the "
             "repository's benchmarks/results/predict_dataset. With --train: a BERT sweep "
-            "directory (results.csv, from `jouleprof study bert`); default: "
+            "(a `jouleprof study bert` folder, or results.csv's folder); default: "
             "benchmarks/results/bert_sweep."
         ),
     ] = None,
@@ -142,19 +142,17 @@ def register_predict(predict_app: typer.Typer) -> None:
 def _evaluate_train(data: Path | None, gpu: str, json_out: bool) -> None:
     """`predict evaluate --train`: the training-energy law's accuracy table from a BERT sweep
     (`data`, else the committed one), with `gpu`'s ceilings."""
-    from jouleprof.predict.train_evaluate import default_sweep_dir, evaluate
+    from jouleprof.predict.train_evaluate import default_sweep_dir, evaluate, sweep_table
     from jouleprof.predict.train_laws import ceilings
 
     try:
         sweep = Path(data) if data is not None else default_sweep_dir()
+        sweep_table(sweep)
         ceilings(gpu)
     except (FileNotFoundError, ValueError) as e:
         fail(str(e))
     except KeyError as e:
         fail(f"GPU file {gpu!r} lacks {e}: give one from `jouleprof calibrate --out FILE.json`")
-    if not (sweep / "results.csv").is_file():
-        fail(f"{sweep} has no results.csv: give a BERT sweep directory "
-             "(`jouleprof study bert --out DIR` writes one)")  # fmt: skip
     try:
         evaluate(json_out, sweep_dir=sweep, gpu=gpu)
     except (KeyError, ValueError) as e:

@@ -46,19 +46,55 @@ def default_sweep_dir() -> Path:
     )
 
 
+def sweep_table(sweep_dir: str | Path) -> Path:
+    """The table of a BERT sweep: results.csv (benchmarks/bert_sweep.py) or, in a
+    `jouleprof study bert` folder, its runs.csv; FileNotFoundError naming both otherwise."""
+    for name in ("results.csv", "runs.csv"):
+        if (Path(sweep_dir) / name).is_file():
+            return Path(sweep_dir) / name
+    raise FileNotFoundError(
+        f"{sweep_dir} has no results.csv or runs.csv: give a BERT sweep directory "
+        "(`jouleprof study bert --out DIR` writes one)"
+    )
+
+
+def axis_roles(points: Sequence[dict[str, Any]]) -> list[str]:
+    """Each configuration's family in an axes design (one axis varied at a time around a base):
+    the base holds every axis's most common value; "axis-<name>" differs from it in that axis
+    alone, "base" in none, "mixed" in several."""
+    base = {}
+    for a in AXES:
+        values = [p[a] for p in points]
+        base[a] = max(values, key=values.count)  # the first most common, in sweep order
+    roles = []
+    for p in points:
+        off = [a for a in AXES if p[a] != base[a]]
+        roles.append("base" if not off else f"axis-{off[0]}" if len(off) == 1 else "mixed")
+    return roles
+
+
 def load_rows(sweep_dir: str | Path, strategies: bool = False) -> list[dict[str, Any]]:
-    """Complete rows of results.csv (the first per id) with their proxies
-    (predict.train_features): one-GPU strategy-none rows, or with `strategies` the rows of the
-    other strategies."""
+    """Complete rows of a sweep's table (`sweep_table`; the first per id) with their proxies
+    (predict.train_features): one-GPU strategy-none rows, or with `strategies` the one-GPU rows
+    of the other strategies. A study's runs.csv, which names no family, gets `axis_roles`."""
     from jouleprof.predict.train_features import train_features
     from jouleprof.workloads.bert import BertTrainConfig
 
-    path = Path(sweep_dir) / "results.csv"
-    rows, seen = [], set()
+    path = sweep_table(sweep_dir)
+    rows, seen, no_energy = [], set(), 0
     with path.open() as f:
-        for r in csv.DictReader(f):
+        reader = csv.DictReader(f)
+        named_roles = "role" in (reader.fieldnames or ())
+        for r in reader:
+            r.setdefault("id", r.get("cell_id", ""))
             is_none = r.get("strategy", "none") in ("", "none")
+            one_gpu = int(float(r.get("gpus") or 1)) == 1
             if r.get("status") != "complete" or r["id"] in seen or is_none == strategies:
+                continue
+            if not one_gpu:  # a multi-GPU cell: its ratios are bert_sweep_multi's to fit
+                continue
+            if not r.get("j_per_step"):  # no energy measured (a run without a GPU)
+                no_energy += 1
                 continue
             seen.add(r["id"])
             cfg = BertTrainConfig(**{k: int(r[k]) for k in AXES})
@@ -76,8 +112,14 @@ def load_rows(sweep_dir: str | Path, strategies: bool = False) -> list[dict[str,
                     "bytes_moved": feats["bytes_moved"],
                 }
             )
+    if not named_roles and rows:
+        for r, role in zip(rows, axis_roles(rows), strict=True):
+            r["role"] = role
     if not rows and not strategies:
-        raise ValueError(f"{path} holds no complete one-GPU configuration")
+        raise ValueError(
+            f"{path} holds no complete one-GPU configuration with a measured energy"
+            + (f" ({no_energy} complete without one: run without a GPU)" if no_energy else "")
+        )
     return rows
 
 
