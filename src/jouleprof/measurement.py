@@ -30,6 +30,21 @@ DEFAULT_RUNS_DIR = "jouleprof-runs"
 TAIL_S = 0.3  # three refresh periods of NVML after the work ends
 
 
+def _gpu_indices(name: str, value: Any) -> tuple[int, ...]:
+    """`value` as a tuple of GPU indices (an integer is one GPU); ValueError naming `name`."""
+
+    def index(i: Any) -> bool:
+        return hasattr(i, "__index__") and not isinstance(i, bool)
+
+    if index(value):
+        value = (value,)
+    if not (isinstance(value, tuple | list | range) and all(index(i) for i in value)):
+        raise ValueError(f"{name} must be GPU indices such as (0,) or (0, 1), got {value!r}")
+    if any(i < 0 for i in value):
+        raise ValueError(f"{name} must be non-negative indices, got {list(value)}")
+    return tuple(int(i) for i in value)
+
+
 @dataclass(frozen=True)
 class MeasureConfig:
     """What to measure and how often (CLI flags of `jouleprof measure` map onto these)."""
@@ -96,8 +111,8 @@ class MeasureConfig:
             raise ValueError(f"simulate_gpu_w must be ≥ 0 watts, got {self.simulate_gpu_w}")
         for name in ("gpus", "hardware_gpus"):
             value = getattr(self, name)
-            if value is not None and any(i < 0 for i in value):
-                raise ValueError(f"{name} must be non-negative indices, got {list(value)}")
+            if value is not None:
+                object.__setattr__(self, name, _gpu_indices(name, value))
 
     @property
     def described_gpus(self) -> tuple[int, ...] | None:

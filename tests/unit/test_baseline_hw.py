@@ -22,6 +22,18 @@ def test_described_gpus_default_to_the_measured_ones():
         MeasureConfig(hardware_gpus=(-1,))
 
 
+def test_gpu_indices_are_checked_and_normalized():
+    """An integer is one GPU and a list a tuple; a string, a float or a bool is refused by name
+    (a string used to reach the sampler and fail there with a TypeError)."""
+    assert MeasureConfig(gpus=0).gpus == (0,)
+    assert MeasureConfig(gpus=[0, 1]).gpus == (0, 1)
+    for bad in ("0", (0.5,), True, ("a",)):
+        with pytest.raises(ValueError, match=r"gpus must be GPU indices such as \(0,\)"):
+            MeasureConfig(gpus=bad)
+    with pytest.raises(ValueError, match="gpus must be GPU indices"), measure(None, gpus="0"):
+        pass
+
+
 @pytest.mark.parametrize("mode", [Mode.BASELINE, Mode.CODECARBON, Mode.ZEUS])
 def test_unsampled_modes_describe_the_workloads_gpus(mode):
     cfg = mode.measure_config([2])
