@@ -117,7 +117,8 @@ def _devices(samples, device: str | None) -> list[str]:
     gpus = [d for d in have if d.startswith("gpu")]
     if not gpus:
         raise AttributionError(
-            f"samples.csv has no GPU device (devices: {have}); pass --device to choose one"
+            f"samples.csv has no GPU device (devices: {have}); pass --device to choose one, "
+            f"e.g. --device {have[0]}"
         )
     return gpus
 
