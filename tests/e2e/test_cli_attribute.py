@@ -56,6 +56,7 @@ def test_regression_json_and_phases_csv(tmp_path, sim):
     r = run("attribute", str(d), "--method", "regression", "--json", "--target-pct", "1")
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
+    assert doc["source"] == "measured"  # gpu0's readings (simulated here, as a GPU's would be)
     # Every phase wider than ±1 % gets the steps ±1 % would need. Its half-width has a noise
     # part ν, which falls as 1/√steps, and a fixed part φ (the sensor model's spread), which
     # does not: ±1 % takes n·ν²/(0.01² − φ²) steps, and never comes where φ ≥ 1 %.
@@ -156,3 +157,19 @@ def test_bad_input_exits_non_zero_with_a_message(tmp_path, sim):
     (d / "spans.csv").unlink()
     r = run("attribute", str(d))
     assert r.returncode == 2 and "no phase spans" in r.stderr and not r.stdout
+
+
+def test_a_simulated_device_is_labelled_without_its_run_record(tmp_path, sim):
+    """Readings of a simulated GPU ("sim0") whose run.json does not record the simulation (it
+    was lost, or another tool wrote it): the device must be named, and every figure is then
+    labelled SIMULATED, on the terminal and in the CSV."""
+    d = write_run(tmp_path / "run", sim, devices=("sim0",))
+    r = run("attribute", str(d), "--method", "proportional")
+    assert r.returncode == 2 and "--device sim0" in r.stderr, r.stderr
+    r = run("attribute", str(d), "--method", "proportional", "--device", "sim0")
+    assert r.returncode == 0, r.stderr
+    assert "sim0 is a simulated GPU" in r.stderr and "SIMULATED GPU" in r.stdout
+    assert set(pd.read_csv(d / "phases_proportional.csv")["source"]) == {"simulated"}
+    r = run("attribute", str(d), "--method", "proportional", "--device", "sim0", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["source"] == "simulated"

@@ -239,12 +239,14 @@ def _simulated_truth(run_dir: Path, sim: dict[str, Any], result) -> dict[str, fl
 def write_method_files(run_dir: Path, result, truth: dict[str, float | None] | None) -> Path:
     """phases_<method>.csv for this method, and phases.csv too when the method is the
     regression (phases.csv is always the regression's). Returns the method's own file."""
+    from jouleprof.sensors.simulated import is_simulated_device
     from jouleprof.store.rundir import RunDir
 
     rd = RunDir(run_dir)
     df = result.to_frame()
-    if truth is not None:
+    if truth is not None or all(is_simulated_device(d.device) for d in result.devices):
         df["source"] = "simulated"
+    if truth is not None:
         df["true_energy_j"] = [truth.get(p) for p in df["phase"]]
     path = rd.write_phases(df, f"phases_{result.method}.csv")
     if result.method == "regression":
@@ -377,7 +379,15 @@ def attribute_cmd(
             opts.update(instant_window_s=window_s, instant_kernel=boxes)
     if not run_dir.is_dir():
         fail(f"{run_dir} is not a directory: give a run directory (with samples.csv, spans.csv)")
+    from jouleprof.sensors.simulated import is_simulated_device
+
     sim = _simulated(run_dir)
+    if sim is None and device is not None and is_simulated_device(device):
+        err_console.print(
+            f"[bold magenta]{escape(device)} is a simulated GPU: its figures are SIMULATED, not "
+            "a measurement[/]",
+            highlight=False,
+        )
     if sim is not None and device is None:
         device = sim.get("device", "sim0")
         shown = escape(sim.get("note", "SIMULATED GPU"))
@@ -401,6 +411,8 @@ def attribute_cmd(
     if json_out:
         doc = result.to_json()
         doc["phases_csv"] = str(path)
+        simulated = sim is not None or all(is_simulated_device(d.device) for d in result.devices)
+        doc["source"] = "simulated" if simulated else "measured"
         if method == "regression" and target_pct > 0:
             from dataclasses import asdict
 
@@ -424,7 +436,7 @@ def attribute_cmd(
             f"({dev.warmup_steps} warm-up excluded) · step {1e3 * dev.step_time_s:,.1f} ms, "
             f"{per_step}"
         )
-        if sim is not None:
+        if sim is not None or is_simulated_device(dev.device):
             title += " · [bold magenta]SIMULATED GPU[/]"
         out_console.print(_table(dev.phases, title, dev.diagnostics.get("confidence"), truth))
         for n in dev.notes:

@@ -158,7 +158,9 @@ def _sim_samples(samples: Any) -> bool:
     """Whether the sensor readings are the simulated GPU's (device sim*)."""
     if samples is None or not len(samples) or "device" not in samples.columns:
         return False
-    return bool(samples["device"].astype(str).str.startswith("sim").any())
+    from jouleprof.sensors.simulated import is_simulated_device
+
+    return any(is_simulated_device(d) for d in samples["device"].astype(str).unique())
 
 
 def _attribution_reason(rec: Any) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from jouleprof.sensors.simulated import is_simulated_device
 from jouleprof.timeline.summary import best_energy
 from jouleprof.timeline.windows import signal_grids, window_energies
 from jouleprof.types import Figure, Source
@@ -19,7 +20,7 @@ SIMULATED = "simulated GPU (no real sensor): a testing aid, not a measurement"
 def gpu_devices(devices: Sequence[str]) -> list[str]:
     """The GPU-like devices of a run: real GPUs ("gpu*"), else simulated ones ("sim*")."""
     real = [d for d in devices if d.startswith("gpu")]
-    return real or [d for d in devices if d.startswith("sim")]
+    return real or [d for d in devices if is_simulated_device(d)]
 
 
 class WindowCoster:
@@ -33,7 +34,7 @@ class WindowCoster:
 
     @property
     def simulated(self) -> bool:
-        return bool(self.devices) and all(d.startswith("sim") for d in self.devices)
+        return bool(self.devices) and all(is_simulated_device(d) for d in self.devices)
 
     def energy(self, t0_s: float, t1_s: float) -> Figure:
         """GPU energy of [t0_s, t1_s], summed over the run's GPUs, with its interval."""

@@ -24,6 +24,14 @@ from jouleprof.clock import Clock
 from jouleprof.sensors.base import SIGNALS, SignalInfo
 from jouleprof.types import Reading
 
+SIMULATED_DEVICE_PREFIX = "sim"
+"""Simulated GPUs are named "sim0" (one per rank under torchrun: "sim*") in samples.csv."""
+
+
+def is_simulated_device(name: str) -> bool:
+    """Whether a samples.csv device is a simulated GPU (its figures are labelled SIMULATED)."""
+    return str(name).startswith(SIMULATED_DEVICE_PREFIX)
+
 
 class PowerSchedule:
     """True power as a piecewise-constant function of time, extended as a workload runs.

@@ -9,6 +9,7 @@ the reason measure() recorded.
 
 from __future__ import annotations
 
+from jouleprof.sensors.simulated import is_simulated_device
 from jouleprof.types import Figure, Source
 
 SIMULATED = getattr(Source, "SIMULATED", Source.ESTIMATED)
@@ -21,7 +22,7 @@ def _gpu_devices(devices: list[str]) -> tuple[list[str], bool]:
     gpu = [d for d in devices if d.startswith("gpu")]
     if gpu:
         return gpu, False
-    return [d for d in devices if d.startswith("sim")], True
+    return [d for d in devices if is_simulated_device(d)], True
 
 
 def span_energy(samples, devices: list[str], t0_s: float, t1_s: float, no_gpu_reason: str):
