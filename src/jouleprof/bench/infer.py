@@ -60,9 +60,10 @@ class InferConfig:
                 f"unknown protocol {self.protocol!r}: choose one of {', '.join(PROTOCOLS)}"
             )
         get_precision(self.precision)
-        if ":" not in self.model and self.model not in _video_names():
+        video = _video_names()
+        if ":" not in self.model and self.model not in video:
             raise ValueError(
-                f"unknown model {self.model!r}: choose a video model ({', '.join(_video_names())}) "
+                f"unknown model {self.model!r}: choose a video model ({', '.join(video)}) "
                 "or a zoo spec (timm:NAME, torchvision:NAME, hf:NAME, path/to/module.py:factory)"
             )
         if self.batch < 1 or self.passes < 1 or self.warmup < 0 or self.num_classes < 1:

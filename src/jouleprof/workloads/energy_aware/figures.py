@@ -19,10 +19,11 @@ SPAN_NAMES = ("train", "eval", "infer")
 
 
 def _gpu_devices(devices: list[str]) -> tuple[list[str], bool]:
-    gpu = [d for d in devices if d.startswith("gpu")]
-    if gpu:
-        return gpu, False
-    return [d for d in devices if is_simulated_device(d)], True
+    """The run's GPU-like devices (`scores.costs.gpu_devices`) and whether they are simulated."""
+    from jouleprof.scores.costs import gpu_devices
+
+    devs = gpu_devices(devices)
+    return devs, bool(devs) and all(is_simulated_device(d) for d in devs)
 
 
 def span_energy(samples, devices: list[str], t0_s: float, t1_s: float, no_gpu_reason: str):
