@@ -42,6 +42,7 @@ VARIANTS: dict[str, dict] = {
     "regression_bins": {"bins": True},
     "regression_nobuffer": {"use_buffer": False},
     "regression_buffer": {"use_buffer": True},
+    "regression_nolagfloor": {"buffer_lag_floor_sd_s": 0.0},
 }
 """Regression settings evaluated with --variants: the defaults; the instant field read as the
 45 ms boxcar measured on the H200 (`--instant-kernel box:45`); the buffer window's worth fixed
@@ -51,7 +52,8 @@ H200-like simulation bins with long gaps removed the window's bias: simulated_bi
 buffer rows (on the simulation, a repeated phase is read through the counter, and the buffer's
 unidentified window dilutes it: simulated_repeat/); the buffer rows kept wherever recorded, even
 where the run repeated phases and the default (`attribution.repeat_rule`) leaves them out
-(simulated_repeat_rule/)."""
+(simulated_repeat_rule/); the buffer's lag carried in the intervals at its posterior σ alone,
+as before the 0.8 ms floor (`buffer_lag_floor_sd_s`; ref_loops/lag_floor/)."""
 
 
 def unpack(results: Path, work: Path) -> Path:

@@ -194,6 +194,37 @@ def test_buffer_rows_placed_at_the_wrong_time_do_not_fit(counter_run):
     assert ema.energy_j is None or abs(ema.energy_j / run.true_energy_j["ema"] - 1) > 0.3
 
 
+def test_the_lag_floor_widens_intervals_the_lag_moves_and_keeps_the_estimates(counter_run):
+    """The lag a run fits is pinned to 0.1-0.2 ms by its own rows, while loops on one card fit
+    lags ~0.8 ms apart: the floor carries the lag at that σ at least. It widens the phases the
+    lag moves (the short ones between two others most) and moves no estimate."""
+    d, _ = counter_run
+    none = {**BUFFER_OPTS, "buffer_lag_floor_sd_s": 0.0}
+    plain = attribute(d, "regression", None, 0, stall_model=False, **none).devices[0]
+    floor = {**BUFFER_OPTS, "buffer_lag_floor_sd_s": 0.002}
+    wide = attribute(d, "regression", None, 0, stall_model=False, **floor).devices[0]
+    a, b = _phases_of(plain), _phases_of(wide)
+    # wider intervals resolve no phase the plain fit left unresolved (a joint one may appear)
+    resolved = lambda ph: {n for n, p in ph.items() if p.resolved and "+" not in n}  # noqa: E731
+    assert resolved(b) <= resolved(a) and len(resolved(b)) >= 2
+    widened = 0
+    for name, p in a.items():
+        q = b.get(name)
+        if q is None or not (p.resolved and q.resolved):
+            continue
+        assert q.energy_j == pytest.approx(p.energy_j, rel=1e-9)
+        wa, wb = p.energy_hi_j - p.energy_lo_j, q.energy_hi_j - q.energy_lo_j
+        assert wb >= wa * (1 - 1e-9), name
+        widened += wb > 1.05 * wa
+    assert widened >= 1
+    # A floor below the posterior's own σ adds nothing.
+    tiny = {**BUFFER_OPTS, "buffer_lag_floor_sd_s": 1e-7}
+    same = attribute(d, "regression", None, 0, stall_model=False, **tiny).devices[0]
+    for name, p in a.items():
+        q = _phases_of(same)[name]
+        assert (q.energy_lo_j, q.energy_hi_j) == (p.energy_lo_j, p.energy_hi_j), name
+
+
 def test_without_power_buffer_csv_the_regression_is_unchanged(counter_run, tmp_path):
     d, _ = counter_run
     for name in ("samples.csv", "spans.csv"):
@@ -216,6 +247,7 @@ def test_without_power_buffer_csv_the_regression_is_unchanged(counter_run, tmp_p
         ("buffer_kernel", ((1.0, 0.0, 0.5),), "buffer_kernel"),
         ("buffer_window_rel_sd", 1.0, "buffer_window_rel_sd"),
         ("buffer_lag_sd_s", -0.001, "buffer_lag_sd_s"),
+        ("buffer_lag_floor_sd_s", -0.001, "buffer_lag_floor_sd_s"),
         ("buffer_window_scales", (1.0, 0.0), "buffer_window_scales"),
     ],
 )
@@ -232,3 +264,31 @@ def test_buffer_rows_are_used_wherever_recorded(counter_run):
     assert default.devices[0].diagnostics["buffer"]["n_rows"] > 1000
     assert off.devices[0].diagnostics.get("buffer") is None
     assert _phases(default)["forward"].energy_j != _phases(off)["forward"].energy_j
+
+
+def test_attribute_cli_sets_the_lag_floor_and_states_the_configs_default(counter_run):
+    import json
+
+    from typer.testing import CliRunner
+
+    from jouleprof.cli.attribute import LAG_FLOOR_MS
+    from jouleprof.cli.main import app
+
+    assert RegressionConfig().buffer_lag_floor_sd_s == pytest.approx(LAG_FLOOR_MS / 1e3)
+    d, _ = counter_run
+    runner = CliRunner()
+    bad = runner.invoke(app, ["attribute", str(d), "--buffer-lag-floor-ms", "-1"])
+    assert bad.exit_code == 2 and "buffer-lag-floor-ms" in bad.output
+    widths = []
+    for ms in ("0", "2"):
+        r = runner.invoke(
+            app,
+            ["attribute", str(d), "--warmup-steps", "0", "--no-stall-model", "--no-bins",
+             "--buffer-lag-floor-ms", ms, "--json"],
+        )  # fmt: skip
+        assert r.exit_code == 0, r.output
+        phases = json.loads(r.output)["devices"][0]["phases"]
+        widths.append({p["phase"]: p["energy_hi_j"] - p["energy_lo_j"] for p in phases
+                       if p["resolved"] and "+" not in p["phase"]})  # fmt: skip
+    common = widths[0].keys() & widths[1].keys()
+    assert common and any(widths[1][n] > 1.05 * widths[0][n] for n in common)

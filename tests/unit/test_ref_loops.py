@@ -196,3 +196,27 @@ def test_an_unresolved_phase_beside_an_unphysical_partner_counts_as_not_by_steps
     assert ev.not_by_steps(need("wide", None, 1.1))
     assert not ev.not_by_steps(need("wide", 4000, None))
     assert not ev.not_by_steps(need("wide", None, None))
+
+
+def test_coverage_counts_resolved_phases_holding_their_reference_per_card_and_method(tmp_path):
+    cov = _mod("ref_loops_coverage")
+
+    def frame(rows):
+        cols = ["method", "phase", "share_pct", "ref_j", "resolved", "inside", "error_pct",
+                "half_width_pct"]  # fmt: skip
+        return pd.DataFrame(rows, columns=cols)
+
+    h100 = frame([
+        ("regression", "a", 60.0, 1.0, True, False, 7.0, 3.0),
+        ("regression", "b", 30.0, 1.0, True, True, -2.0, 4.0),
+        ("regression", "c", 5.0, 1.0, True, True, 1.0, 9.0),  # below 10 %: not counted
+        ("regression", "d", 20.0, None, True, True, 1.0, 9.0),  # no reference: not counted
+        ("regression", "e", 15.0, 1.0, False, None, None, None),
+    ])  # fmt: skip
+    h200 = frame([("regression", "a", 60.0, 1.0, True, True, 6.0, 8.0)])
+    t = cov.coverage({"h100_x": h100, "h200": h200}, 10.0, 5.0).set_index("card")
+    assert t.loc["H100", "phases"] == 3 and t.loc["H100", "resolved"] == 2
+    assert t.loc["H100", "ref_inside"] == 1 and t.loc["H100", "inside_within_target"] == 1
+    assert t.loc["H200", "ref_inside"] == 1 and t.loc["H200", "inside_within_target"] == 0
+    (tmp_path / "h100_x").mkdir()
+    assert cov.main([str(tmp_path / "h100_x"), "--out", str(tmp_path / "c.csv")]) == 2

@@ -23,6 +23,7 @@ of time constant 12 ms (window 5 τ) fitted best, 1031 samples, residual 56.6 W 
 BUFFER_WINDOW_S = 0.060
 """The window BUFFER_KERNEL spans (5 × its time constant), same source."""
 BUFFER_LAG_S = 0.005
+BUFFER_LAG_FLOOR_SD_S = 0.0008
 """How long before its stamp a buffer sample's window ends, same source (its ridge: a
 shorter lag goes with a longer window; ±1 ms moves the residual by < 2 %)."""
 
@@ -144,6 +145,11 @@ class RegressionConfig:
     """A buffer sample's window ends this long before its stamp."""
     buffer_lag_sd_s: float = 0.002
     """Prior uncertainty (σ) of buffer_lag_s; the fit refines the lag within it (0: fixed)."""
+    buffer_lag_floor_sd_s: float = BUFFER_LAG_FLOOR_SD_S
+    """Least σ of the buffer's lag that the intervals carry (0: the fit's posterior alone). The
+    lag a run fits absorbs some of its loop's misfit: its posterior σ is 0.1–0.2 ms, while the
+    lags fitted on different loops of one card spread with an SD of 0.7 ms (17 runs of 10
+    loops on an H200 and an H100; 0.6 and 1.0 ms between loops)."""
     buffer_jitter_s: float = 0.0003
     """σ of where a buffer sample's window really falls around its placed one (the driver
     stamps each sample; a blur wider than the truth biases a short phase between two others:
@@ -214,6 +220,7 @@ class RegressionConfig:
             "margin_s",
             "min_rel_halfwidth",
             "buffer_lag_sd_s",
+            "buffer_lag_floor_sd_s",
             "buffer_jitter_s",
             "counter_tail_s",
         ):

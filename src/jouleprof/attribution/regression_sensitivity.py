@@ -34,6 +34,14 @@ def perturbations(f: Fit, jc: JitterGrid, jp: JitterGrid, cfg: RegressionConfig)
     perturb += [
         (np.zeros(4), np.sqrt(max(ev, 0.0)) * evecs[:, i], 0.0, 0.0) for i, ev in enumerate(evals)
     ]
+    lag = PARAMS.index("buffer_shift_s")
+    lag_extra_var = cfg.buffer_lag_floor_sd_s**2 - theta_cov[lag, lag]
+    if np.any(rows.kind == BUFFER) and lag_extra_var > 0:
+        # The lag's posterior understates what the lag is worth (it absorbs the loop's misfit):
+        # carry it at least at the floor's σ, beyond what the posterior's eigenvectors carry.
+        d_lag = np.zeros(len(PARAMS))
+        d_lag[lag] = np.sqrt(lag_extra_var)
+        perturb.append((np.zeros(4), d_lag, 0.0, 0.0))
     if np.any(rows.kind == BUFFER) and cfg.buffer_window_rel_sd > 0:
         # The buffer's window was measured on another load (its shape and length trade off
         # there within a few percent of residual): what would a longer or shorter one change?

@@ -13,6 +13,10 @@ from rich.markup import escape
 
 from jouleprof.cli.console import err_console, fail, note, out_console, working
 
+LAG_FLOOR_MS = 0.8
+"""RegressionConfig.buffer_lag_floor_sd_s in ms, for the help text alone (importing the
+attribution here would slow every command's start; a test holds the two equal)."""
+
 _METHODS = ("proportional", "regression", "isolation")
 
 
@@ -339,6 +343,16 @@ def attribute_cmd(
             show_default=False,
         ),
     ] = None,
+    buffer_lag_floor_ms: Annotated[
+        float | None,
+        typer.Option(
+            help="Regression: the least σ of the power buffer's lag that the intervals carry, "
+            "ms (the lags fitted on different loops of one card spread by ~0.7 ms; 0: the "
+            f"fit's own posterior alone). Default: {LAG_FLOOR_MS:g}.",
+            min=0.0,
+            show_default=False,
+        ),
+    ] = None,
     gap_tolerance_s: Annotated[
         float, typer.Option(help="Gaps/overlaps between spans up to this long are noise, s.")
     ] = 0.5e-3,
@@ -369,6 +383,8 @@ def attribute_cmd(
             bin_s=bin_ms / 1e3,
             use_buffer=buffer_rows,
         )
+        if buffer_lag_floor_ms is not None:
+            opts["buffer_lag_floor_sd_s"] = buffer_lag_floor_ms / 1e3
         if instant_kernel is not None:
             from jouleprof.attribution.kernels import parse_kernel
 
