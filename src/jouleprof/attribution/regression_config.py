@@ -23,9 +23,12 @@ of time constant 12 ms (window 5 τ) fitted best, 1031 samples, residual 56.6 W 
 BUFFER_WINDOW_S = 0.060
 """The window BUFFER_KERNEL spans (5 × its time constant), same source."""
 BUFFER_LAG_S = 0.005
-BUFFER_LAG_FLOOR_SD_S = 0.0008
 """How long before its stamp a buffer sample's window ends, same source (its ridge: a
 shorter lag goes with a longer window; ±1 ms moves the residual by < 2 %)."""
+BUFFER_LAG_FLOOR_SD_S = 0.0008
+"""The least σ of that lag the intervals carry: the SD of the lags fitted on different loops
+of one card (0.7 ms over 17 runs of 10 loops on an H200 and an H100,
+benchmarks/results/ref_loops/README.md, "The buffer's lag carried in the intervals")."""
 
 
 COUNTER_KERNEL_SHIFT_SD_S = 0.0005
