@@ -220,3 +220,16 @@ def test_coverage_counts_resolved_phases_holding_their_reference_per_card_and_me
     assert t.loc["H200", "ref_inside"] == 1 and t.loc["H200", "inside_within_target"] == 0
     (tmp_path / "h100_x").mkdir()
     assert cov.main([str(tmp_path / "h100_x"), "--out", str(tmp_path / "c.csv")]) == 2
+
+
+def test_repeat_split_names_each_steps_second_run_of_the_phase_apart():
+    split = _mod("repeat_occurrence_split")
+    spans = pd.DataFrame({
+        "step": [0, 0, 0, 1, 1, 2, 2, 2],
+        "phase": ["gemm", "copy", "copy", "gemm", "copy", "gemm", "copy", "copy"],
+        "t0_s": range(8), "t1_s": range(1, 9),
+    })  # fmt: skip
+    out = split.relabel_repeats(spans, "copy")
+    want = ["gemm", "copy", "copy#2", "gemm", "copy", "gemm", "copy", "copy#2"]
+    assert list(out["phase"]) == want
+    assert list(spans["phase"]).count("copy#2") == 0  # the input is left as it was
