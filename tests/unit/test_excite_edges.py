@@ -160,8 +160,10 @@ def test_repeating_a_phase_is_read_through_the_counter(sim, tmp_path, capsys):
         for k, e in (("plain", plain), ("rep", rep), ("forced", forced))
     }
     assert copy["rep"]["resolved"] and copy["rep"]["inside"], copy
-    assert copy["rep"]["hw_pct"] < 0.5 * copy["plain"]["hw_pct"], copy
-    assert copy["rep"]["hw_pct"] < 0.5 * copy["forced"]["hw_pct"], copy
+    # Narrower than the plain loop's, though the replay check widens it: on this simulated
+    # GPU the GEMM's falling power biases its neighbour's first runs, fitted alone (below).
+    assert copy["rep"]["hw_pct"] < 0.85 * copy["plain"]["hw_pct"], copy
+    assert abs(copy["rep"]["error_pct"]) < 0.5 * abs(copy["forced"]["error_pct"]), copy
     # The command line says why the buffer rows were left out.
     from jouleprof.cli.main import main
 
@@ -172,6 +174,11 @@ def test_repeating_a_phase_is_read_through_the_counter(sim, tmp_path, capsys):
     assert e.value.code == 0, out.err
     text = " ".join((out.out + out.err).split())
     assert "buffer rows: left out, because the run repeated copy in" in text
+    # The replay check fits the copy's first runs apart from its replays and says so.
+    from jouleprof.attribution import attribute
+
+    check = attribute(fine, "regression").devices[0].diagnostics["replay_check"]["copy"]
+    assert check["first_runs_w"] > 0 and check["replays_w"] > 0 and check["moved_j"] >= 0
 
 
 def test_a_repeat_loop_runs_its_replayable_phase_twice_in_some_steps(tmp_path):

@@ -237,3 +237,20 @@ def test_a_null_recorder_runs_a_replayed_phase_once():
     with rec.step():
         assert rec.replay("copy", lambda x: calls.append(x) or x, 3) == 3
     assert calls == [3]
+
+
+def test_replay_check_names_each_steps_later_runs_of_a_replayed_phase_apart():
+    import pandas as pd
+
+    from jouleprof.attribution.repeat_check import relabel_replays
+
+    spans = pd.DataFrame({
+        "step": [0, 0, 0, 0, 1, 1],
+        "phase": ["fwd/augment", "fwd/augment", "copy", "copy", "fwd/augment", "copy"],
+        "t0_s": range(6), "t1_s": range(1, 7),
+    })  # fmt: skip
+    out = relabel_replays(spans, ["augment"])
+    assert list(out["phase"]) == ["fwd/augment", "fwd/augment#2", "copy", "copy",
+                                  "fwd/augment", "copy"]  # fmt: skip
+    assert list(relabel_replays(spans, [])["phase"]) == list(spans["phase"])
+    assert "copy#2" not in set(spans["phase"])  # the input is left as it was

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
-from dataclasses import fields
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -91,16 +91,30 @@ def _record_extra(rd: RunDir) -> dict[str, Any]:
         return {}
 
 
-def _regression(samples, tl, dev: str, cfg, buffer, spans, extra) -> DeviceAttribution:
+def _regression(samples, tl, dev: str, cfg, buffer, spans, extra, timeline_of) -> DeviceAttribution:
     """The regression on one device, under the repeat rule (`attribution.repeat_rule`): where
     the run repeated phases on purpose (run.json's `extra`) and the buffer's window is not
-    identified, without the buffer's rows."""
-    from jouleprof.attribution.repeat_rule import fit_with_rule
+    identified, without the buffer's rows. Where it repeated enough, each replayed phase's
+    interval also carries how far it moves with its replays fitted apart from its first runs
+    (`attribution.repeat_check`); `timeline_of(spans)` builds the timeline of other spans."""
+    from jouleprof.attribution.repeat_check import with_replay_check
+    from jouleprof.attribution.repeat_rule import fit_with_rule, repetition, replayed_phases
 
     def fit(c, b):
         return attribute_regression(samples, tl, dev, c, b)
 
-    return fit_with_rule(fit, cfg, buffer, extra, spans, tl.analysed_steps)
+    res = fit_with_rule(fit, cfg, buffer, extra, spans, tl.analysed_steps)
+    if repetition(extra, spans, tl.analysed_steps) is None:
+        return res
+    left_out = "buffer_rows_left_out" in res.diagnostics
+    c = cfg if cfg is None or not left_out else replace(cfg, use_buffer=False)
+    b = None if left_out else buffer
+
+    def fit_split(relabelled):
+        with stage(f"{dev}: replay check"):
+            return attribute_regression(samples, timeline_of(relabelled), dev, c, b)
+
+    return with_replay_check(res, fit_split, spans, replayed_phases(extra), cfg)
 
 
 def _devices(samples, device: str | None) -> list[str]:
@@ -185,7 +199,11 @@ def _attribute(run_dir, method: str, device, warmup_steps, gap_s: float, cfg) ->
         if method == "proportional":
             out.append(attribute_proportional(samples, tl, dev))
         elif method == "regression":
-            out.append(_regression(samples, tl, dev, cfg, buffer, spans, extra))
+
+            def timeline_of(other, t=t, n_warm=len(tl.warmup_steps)):
+                return build_timeline(other, float(t.min()), float(t.max()), n_warm, gap_s)
+
+            out.append(_regression(samples, tl, dev, cfg, buffer, spans, extra, timeline_of))
             # An unresolved phase says how many steps would resolve it.
             annotate(out[-1], min_rows=cfg.min_rows if cfg is not None else 20)
         else:

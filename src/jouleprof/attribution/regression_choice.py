@@ -195,6 +195,10 @@ def _widen(res: DeviceAttribution, moved_j: dict[str, float], what: str) -> dict
     return moved_pct
 
 
+widen_by = _widen
+"""`_widen` for the model checks outside this module (`attribution.repeat_check`)."""
+
+
 def _widen_by_bin_length(
     fit: Fit, cfg: RegressionConfig, res: DeviceAttribution
 ) -> DeviceAttribution:

@@ -1,0 +1,122 @@
+"""Does a replayed phase's second run cost what its first does? Repetition assumes it: a step
+that ran a phase twice holds one more of that phase's energy, and the fit gives the two runs
+one power. A phase that follows one of much higher or lower power can break that. On the H200
+and the H100, a 1 GiB copy right after an 800 W GEMM drew 572-580 W, and its replay, right
+after the copy, 376-491 W (within -7 to +4 % of the copy looped alone): the one-power fit
+mixed the two and came 4.5-12 % above the copy run alone
+(benchmarks/results/ref_loops/README.md, "A replayed phase's second run").
+
+So where a run repeated phases, the regression is fitted once more with each step's second
+and later runs of a replayed phase named apart (`<phase>#2`), and each replayed phase's
+interval is widened by how far its energy moves when its first runs carry their own power
+(added in quadrature, as the other model checks do). A note gives both powers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+REPLAY_SUFFIX = "#2"
+"""Appended to the name of a phase's second and later runs in a step for the check's fit."""
+
+
+def relabel_replays(spans, phases: Iterable[str]):
+    """`spans` (a copy) with each step's second and later spans of a replayed phase (named by
+    its leaf, at any depth) renamed `<phase>#2`."""
+    names = set(phases)
+    out = spans.copy()
+    if not names or len(spans) == 0:
+        return out
+    leaf = spans["phase"].astype(str).str.rsplit("/", n=1).str[-1]
+    occurrence = spans.groupby(["step", "phase"]).cumcount()
+    later = leaf.isin(names) & (occurrence >= 1)
+    out.loc[later, "phase"] = spans.loc[later, "phase"].astype(str) + REPLAY_SUFFIX
+    return out
+
+
+def _power(p) -> float | None:
+    """A phase's fitted power: its energy (or an unresolved phase's estimate) over its time."""
+    e = p.energy_j if p.energy_j is not None else p.estimate_j
+    return None if e is None or not p.time_s else e / p.time_s
+
+
+def _halfwidth_w(p) -> float | None:
+    """A resolved phase's interval half-width, in W of its power."""
+    if not p.resolved or p.energy_j is None or not p.time_s:
+        return None
+    return 0.5 * (p.energy_hi_j - p.energy_lo_j) / p.time_s
+
+
+def check_replays(res, split, phases: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """Widen each replayed phase of `res` (the fit with one power per phase, in place) by how
+    far its energy moves when its first runs get their own power in `split` (the fit with the
+    replays named apart): |P_first − P_one| × its whole time, where that difference exceeds the
+    first runs' own 95 % half-width (within it, the first runs alone are too loosely pinned to
+    tell: on a loop whose every step runs the phase after the same neighbour, they are the
+    plain loop's unidentified phase again). Adds a note and returns, per phase, the two fits'
+    powers and the move."""
+    from jouleprof.attribution.regression_choice import widen_by
+
+    leaves = set(phases)
+    by_name = {p.phase: p for p in split.phases}
+    found: dict[str, dict[str, Any]] = {}
+    moved: dict[str, float] = {}
+    for p in res.phases:
+        if p.phase.rsplit("/", 1)[-1] not in leaves:
+            continue
+        first, again = by_name.get(p.phase), by_name.get(p.phase + REPLAY_SUFFIX)
+        one_w = _power(p)
+        first_w = None if first is None else _power(first)
+        again_w = None if again is None else _power(again)
+        first_hw = None if first is None else _halfwidth_w(first)
+        row = {"one_power_w": one_w, "first_runs_w": first_w, "first_runs_hw_w": first_hw,
+               "replays_w": again_w, "moved_j": 0.0}  # fmt: skip
+        if one_w is not None and first_hw is not None and abs(first_w - one_w) > first_hw:
+            moved[p.phase] = abs(first_w - one_w) * p.time_s
+            row["moved_j"] = moved[p.phase]
+        found[p.phase] = row
+    widen_by(res, moved, "its first runs fitted apart from its replays")
+    for name, row in found.items():
+        if row["first_runs_w"] is None or row["replays_w"] is None:
+            res.notes.append(
+                f"replay check: {name}'s first runs and replays could not be fitted apart"
+            )
+            continue
+        said = (
+            "its interval carries the difference"
+            if row["moved_j"] > 0
+            else "the first runs alone are not pinned closer than that, so nothing is widened"
+            if row["first_runs_hw_w"] is None or row["one_power_w"] is None
+            else f"within the first runs' own ±{row['first_runs_hw_w']:.0f} W: not widened"
+        )
+        res.notes.append(
+            f"replay check: {name} draws {row['first_runs_w']:.0f} W in its first run of a step "
+            f"and {row['replays_w']:.0f} W in its replays (one power for both: "
+            f"{row['one_power_w']:.0f} W); {said}"
+        )
+    res.diagnostics["replay_check"] = found
+    return found
+
+
+def with_replay_check(
+    res, fit_split: Callable[[Any], Any], spans, phases: Iterable[str], cfg: Any
+) -> Any:
+    """`res` after the check, where the config asks for intervals and phases were replayed:
+    `fit_split(relabelled_spans)` is the same regression on spans with the replays named
+    apart. A split fit that fails leaves `res` as it was, with a note saying why."""
+    from jouleprof.errors import AttributionError
+
+    phases = tuple(phases)
+    if not phases or cfg is None or not getattr(cfg, "intervals", True):
+        return res
+    try:
+        split = fit_split(relabel_replays(spans, phases))
+    except AttributionError as e:
+        res.notes.append(f"replay check: not made ({e})")
+        return res
+    check_replays(res, split, phases)
+    return res
+
+
+__all__ = ["REPLAY_SUFFIX", "check_replays", "relabel_replays", "with_replay_check"]
