@@ -254,3 +254,38 @@ def test_replay_check_names_each_steps_later_runs_of_a_replayed_phase_apart():
                                   "fwd/augment", "copy"]  # fmt: skip
     assert list(relabel_replays(spans, [])["phase"]) == list(spans["phase"])
     assert "copy#2" not in set(spans["phase"])  # the input is left as it was
+
+
+def _phase(name, power_w, hw_w, time_s=1.0):
+    from jouleprof.attribution.result import PhaseResult
+
+    e = power_w * time_s
+    return PhaseResult(name, time_s, time_s / 10, e, e - hw_w * time_s, e + hw_w * time_s,
+                       power_w, None, "regression", True, "10 sensor intervals; ±5%")  # fmt: skip
+
+
+def _device(*phases):
+    from jouleprof.attribution.result import DeviceAttribution
+
+    return DeviceAttribution("gpu0", "regression", list(phases), 10, 0, 0.2, 1000.0)
+
+
+def test_replay_check_widens_where_the_first_runs_differ_beyond_their_own_halfwidth():
+    from jouleprof.attribution.repeat_check import check_replays
+
+    # first runs at 130 ± 10 W against one power of 100 W: widened by 30 J in quadrature
+    res = _device(_phase("copy", 100.0, 5.0), _phase("gemm", 800.0, 20.0))
+    split = _device(_phase("copy", 130.0, 10.0), _phase("copy#2", 90.0, 5.0))
+    found = check_replays(res, split, ["copy"])
+    copy = res.phase("copy")
+    assert found["copy"]["moved_j"] == pytest.approx(30.0)
+    assert copy.energy_j == pytest.approx(100.0)  # the estimate stays
+    assert copy.energy_hi_j - copy.energy_j == pytest.approx((5.0**2 + 30.0**2) ** 0.5)
+    assert res.phase("gemm").energy_hi_j == pytest.approx(820.0)  # not replayed: untouched
+    assert any("130 W in its first run" in n and "90 W in its replays" in n for n in res.notes)
+    # within the first runs' own half-width: a note, nothing widened
+    res = _device(_phase("copy", 100.0, 5.0))
+    split = _device(_phase("copy", 108.0, 10.0), _phase("copy#2", 95.0, 5.0))
+    assert check_replays(res, split, ["copy"])["copy"]["moved_j"] == 0.0
+    assert res.phase("copy").energy_hi_j == pytest.approx(105.0)
+    assert any("not widened" in n for n in res.notes)
