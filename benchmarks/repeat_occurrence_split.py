@@ -20,14 +20,6 @@ from pathlib import Path
 import pandas as pd
 
 
-def relabel_repeats(spans: pd.DataFrame, phase: str) -> pd.DataFrame:
-    """`spans` with each step's second and later occurrences of `phase` named `phase#2`."""
-    occurrence = spans.groupby(["step", "phase"]).cumcount()
-    out = spans.copy()
-    out.loc[(spans["phase"] == phase) & (occurrence >= 1), "phase"] = f"{phase}#2"
-    return out
-
-
 def _rows(res, label: str, fine: Path) -> list[dict]:
     dev = res.devices[0]
     rows = []
@@ -44,13 +36,14 @@ def _rows(res, label: str, fine: Path) -> list[dict]:
 
 def split_run(fine: Path, phase: str) -> list[dict]:
     from jouleprof.attribution import attribute
+    from jouleprof.attribution.repeat_check import relabel_replays
 
     plain = attribute(fine, "regression", use_buffer=False)
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp) / "split"
         shutil.copytree(fine, work)
         spans = pd.read_csv(fine / "spans.csv")
-        relabel_repeats(spans, phase).to_csv(work / "spans.csv", index=False)
+        relabel_replays(spans, [phase]).to_csv(work / "spans.csv", index=False)
         split = attribute(work, "regression", use_buffer=False)
     return _rows(plain, "plain", fine) + _rows(split, "split", fine)
 

@@ -161,7 +161,7 @@ def _fits_ahead(
     return binned, windows
 
 
-def _widen(res: DeviceAttribution, moved_j: dict[str, float], what: str) -> dict[str, float]:
+def widen_by(res: DeviceAttribution, moved_j: dict[str, float], what: str) -> dict[str, float]:
     """Widen each resolved phase's interval in `res` (in place) by how far `what` moves it
     (`moved_j`: phase → J, added in quadrature to each side's half-width); a phase whose
     interval then grows wider than its estimate is reported unresolved. Returns the moves in
@@ -195,10 +195,6 @@ def _widen(res: DeviceAttribution, moved_j: dict[str, float], what: str) -> dict
     return moved_pct
 
 
-widen_by = _widen
-"""`_widen` for the model checks outside this module (`attribution.repeat_check`)."""
-
-
 def _widen_by_bin_length(
     fit: Fit, cfg: RegressionConfig, res: DeviceAttribution
 ) -> DeviceAttribution:
@@ -222,7 +218,7 @@ def _widen_by_bin_length(
         for p in res.phases
         if p.resolved and p.energy_j is not None and other.get(p.phase) is not None
     }
-    moved_pct = _widen(res, moved, f"bins of {2e3 * cfg.bin_s:g} ms")
+    moved_pct = widen_by(res, moved, f"bins of {2e3 * cfg.bin_s:g} ms")
     if moved_pct:
         most = max(moved_pct, key=moved_pct.get)
         res.notes.append(
@@ -242,7 +238,7 @@ def _widen_by_unkept_bins(res: DeviceAttribution, moved_j: dict[str, float], bin
     runs whose long phase stepped its power 12 % halfway, bins were not kept and the 6 ms and
     4 ms phases beside it came out −18 % and +40 %, outside ±5–8 % intervals
     (benchmarks/interval_coverage.py)."""
-    moved_pct = _widen(res, moved_j, f"bins of {1e3 * bin_s:g} ms")
+    moved_pct = widen_by(res, moved_j, f"bins of {1e3 * bin_s:g} ms")
     if moved_pct:
         most = max(moved_pct, key=moved_pct.get)
         res.notes.append(
@@ -375,7 +371,7 @@ def _widen_by_buffer_window(chosen: DeviceAttribution, search: _WindowSearch) ->
         if ds:
             moved[p.phase] = max(ds)
     ms = lambda sc: f"{1e3 * sc * search.base_window_s:.0f}"  # noqa: E731
-    moved_pct = _widen(
+    moved_pct = widen_by(
         chosen, moved, f"buffer windows of {'/'.join(ms(sc) for sc in neighbours)} ms"
     )
     edge = best in (tried[0], tried[-1]) and len(tried) > 1

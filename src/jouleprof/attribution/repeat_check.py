@@ -86,13 +86,12 @@ def check_replays(res, split, phases: Iterable[str]) -> dict[str, dict[str, Any]
                 f"replay check: {name}'s first runs and replays could not be fitted apart"
             )
             continue
-        said = (
-            "its interval carries the difference"
-            if row["moved_j"] > 0
-            else "its first runs alone are unresolved: not widened"
-            if row["first_runs_hw_w"] is None or row["one_power_w"] is None
-            else f"within the first runs' own ±{row['first_runs_hw_w']:.0f} W: not widened"
-        )
+        if row["moved_j"] > 0:
+            said = "its interval carries the difference"
+        elif row["first_runs_hw_w"] is None or row["one_power_w"] is None:
+            said = "its first runs alone are unresolved: not widened"
+        else:
+            said = f"within the first runs' own ±{row['first_runs_hw_w']:.0f} W: not widened"
         res.notes.append(
             f"replay check: {name} draws {row['first_runs_w']:.0f} W in its first run of a step "
             f"and {row['replays_w']:.0f} W in its replays (one power for both: "
