@@ -187,7 +187,8 @@ def _attribute(run_dir, method: str, device, warmup_steps, gap_s: float, cfg) ->
         spans = _read_spans(rd)
         samples = rd.read_samples()
         buffer = _read_buffer(rd, cfg) if method == "regression" else None
-        extra = _record_extra(rd) if buffer is not None else {}  # the repeat rule's input
+        # the repeat rule's and the replay check's input (the check runs with or without buffer)
+        extra = _record_extra(rd) if method == "regression" else {}
     devices = _devices(samples, device)
     out: list[DeviceAttribution] = []
     for dev in devices:
