@@ -177,7 +177,7 @@ class _Fit:
             if buffer is not None
             else {}
         )
-        return SimpleNamespace(notes=[], diagnostics=diag)
+        return SimpleNamespace(notes=[], diagnostics=diag, phases=[])
 
 
 def test_the_rule_leaves_buffer_rows_out_where_repeated_and_the_window_unidentified():
@@ -289,3 +289,47 @@ def test_replay_check_widens_where_the_first_runs_differ_beyond_their_own_halfwi
     assert check_replays(res, split, ["copy"])["copy"]["moved_j"] == 0.0
     assert res.phase("copy").energy_hi_j == pytest.approx(105.0)
     assert any("not widened" in n for n in res.notes)
+
+
+def test_where_the_fits_with_and_without_buffer_rows_disagree_the_interval_spans_both():
+    from jouleprof.attribution.repeat_rule import span_both_fits
+
+    # without the buffer rows: encoder 100 J ± 10; with them 130 J [120, 140], outside
+    res = _device(_phase("encoder", 100.0, 10.0), _phase("embed", 50.0, 5.0))
+    other = _device(_phase("encoder", 130.0, 10.0), _phase("embed", 52.0, 6.0))
+    found = span_both_fits(res, other)
+    enc, emb = res.phase("encoder"), res.phase("embed")
+    assert enc.energy_j == pytest.approx(100.0)  # the estimate stays the rule's
+    assert (enc.energy_lo_j, enc.energy_hi_j) == pytest.approx((90.0, 140.0))
+    assert found["encoder"]["spanned"] and not found["embed"]["spanned"]
+    assert (emb.energy_lo_j, emb.energy_hi_j) == pytest.approx((45.0, 55.0))  # 52 inside
+    assert any("encoder 130 J [120, 140] against 100 J" in n for n in res.notes)
+    assert "the buffer's rows move it 30.0%" in enc.note
+    # a span wider than the estimate: unresolved, saying why
+    res = _device(_phase("copy", 10.0, 1.0))
+    span_both_fits(res, _device(_phase("copy", 18.0, 2.0)))
+    assert not res.phase("copy").resolved and "wider than the estimate" in res.phase("copy").note
+    # both agree: a note, nothing moved
+    res = _device(_phase("copy", 10.0, 1.0))
+    span_both_fits(res, _device(_phase("copy", 10.5, 3.0)))
+    assert res.phase("copy").energy_hi_j == pytest.approx(11.0)
+    assert "every phase inside" in res.notes[-1]
+
+
+def test_the_rule_spans_both_fits_where_it_leaves_the_buffer_rows_out():
+    from jouleprof.attribution.regression import RegressionConfig
+
+    def fit(cfg, buffer):
+        if buffer is not None:  # with the buffer rows: the window not identified, 130 J
+            res = _device(_phase("copy", 130.0, 10.0))
+            res.diagnostics["buffer_window_choice"] = {"neighbour_weight": {"0.05": 1.0}}
+            return res
+        return _device(_phase("copy", 100.0, 10.0))
+
+    many = _spans(100, set(range(0, 100, 4)))
+    res = fit_with_rule(fit, RegressionConfig(), object(), {"repeat": {"phases": ["copy"]}},
+                        many, range(100))  # fmt: skip
+    copy = res.phase("copy")
+    assert "buffer_rows_left_out" in res.diagnostics
+    assert (copy.energy_j, copy.energy_lo_j, copy.energy_hi_j) == pytest.approx((100, 90, 140))
+    assert res.diagnostics["buffer_rows_check"]["copy"]["spanned"]

@@ -96,14 +96,21 @@ def _regression(samples, tl, dev: str, cfg, buffer, spans, extra, timeline_of) -
     the run repeated phases on purpose (run.json's `extra`) and the buffer's window is not
     identified, without the buffer's rows. Where it repeated enough, each replayed phase's
     interval also carries how far it moves with its replays fitted apart from its first runs
-    (`attribution.repeat_check`); `timeline_of(spans)` builds the timeline of other spans."""
+    (`attribution.repeat_check`), and, where the rule left the buffer's rows out, the span of
+    both fits where they disagree (`repeat_rule.span_both_fits`); `timeline_of(spans)` builds
+    the timeline of other spans."""
     from jouleprof.attribution.repeat_check import with_replay_check
-    from jouleprof.attribution.repeat_rule import fit_with_rule, repetition, replayed_phases
+    from jouleprof.attribution.repeat_rule import (
+        fits_with_rule,
+        repetition,
+        replayed_phases,
+        span_both_fits,
+    )
 
     def fit(c, b):
         return attribute_regression(samples, tl, dev, c, b)
 
-    res = fit_with_rule(fit, cfg, buffer, extra, spans, tl.analysed_steps)
+    res, with_buffer = fits_with_rule(fit, cfg, buffer, extra, spans, tl.analysed_steps)
     if repetition(extra, spans, tl.analysed_steps) is None:
         return res
     left_out = "buffer_rows_left_out" in res.diagnostics
@@ -114,7 +121,10 @@ def _regression(samples, tl, dev: str, cfg, buffer, spans, extra, timeline_of) -
         with stage(f"{dev}: replay check"):
             return attribute_regression(samples, timeline_of(relabelled), dev, c, b)
 
-    return with_replay_check(res, fit_split, spans, replayed_phases(extra), cfg)
+    res = with_replay_check(res, fit_split, spans, replayed_phases(extra), cfg)
+    if with_buffer is not None:  # last: it spans what the other checks have not carried
+        span_both_fits(res, with_buffer)
+    return res
 
 
 def _devices(samples, device: str | None) -> list[str]:

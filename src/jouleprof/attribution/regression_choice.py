@@ -166,15 +166,32 @@ def widen_by(res: DeviceAttribution, moved_j: dict[str, float], what: str) -> di
     (`moved_j`: phase → J, added in quadrature to each side's half-width); a phase whose
     interval then grows wider than its estimate is reported unresolved. Returns the moves in
     percent of the phases still resolved."""
-    moved_pct: dict[str, float] = {}
-    phases = []
+    bounds: dict[str, tuple[float, float, float]] = {}
     for p in res.phases:
         d = moved_j.get(p.phase)
         if not p.resolved or p.energy_j is None or d is None:
-            phases.append(p)
             continue
         lo = p.energy_j - float(np.hypot(p.energy_j - p.energy_lo_j, d))
         hi = p.energy_j + float(np.hypot(p.energy_hi_j - p.energy_j, d))
+        bounds[p.phase] = (lo, hi, d)
+    return widen_to(res, bounds, what)
+
+
+def widen_to(
+    res: DeviceAttribution, bounds: dict[str, tuple[float, float, float]], what: str
+) -> dict[str, float]:
+    """Set each resolved phase's interval in `res` (in place) to `bounds` (phase → (lo J,
+    hi J, how far `what` moves it, J)), its estimate unchanged and its note saying what moved
+    it; a phase whose interval is then wider than its estimate is reported unresolved.
+    Returns the moves in percent of the phases still resolved."""
+    moved_pct: dict[str, float] = {}
+    phases = []
+    for p in res.phases:
+        b = bounds.get(p.phase)
+        if not p.resolved or p.energy_j is None or b is None:
+            phases.append(p)
+            continue
+        lo, hi, d = b
         if hi - lo > p.energy_j:
             why = (
                 f"its interval [{lo:.4g}, {hi:.4g}] J, widened by how much {what} move it "

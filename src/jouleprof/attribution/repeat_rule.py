@@ -79,27 +79,28 @@ def window_identified(res: Any) -> bool:
     return bool(weights) and all(float(w) < 1.0 for w in weights.values())
 
 
-def fit_with_rule(
+def fits_with_rule(
     fit: Callable[[Any, Any], Any], cfg: Any, buffer: Any, extra: Mapping[str, Any] | None,
     spans: Any, steps: Iterable[int],
-) -> Any:  # fmt: skip
+) -> tuple[Any, Any]:  # fmt: skip
     """`fit(cfg, buffer)` (a DeviceAttribution) under the rule: where `cfg.use_buffer` is None,
     the run recorded enough repetition and its buffer rows leave the window unidentified, the
     fit again without the buffer rows, with a note (and ``diagnostics["buffer_rows_left_out"]``)
     saying why; otherwise the fit as asked (with a note where repetition was recorded and the
-    buffer rows were kept)."""
+    buffer rows were kept). Returns (that fit, the fit with the buffer rows where the rule left
+    them out, else None) for `span_both_fits`."""
     if buffer is None or cfg is None or cfg.use_buffer is not None:
-        return fit(cfg, buffer)
+        return fit(cfg, buffer), None
     what = repetition(extra, spans, steps)
     with_buffer = fit(cfg, buffer)
     if what is None:
-        return with_buffer
+        return with_buffer, None
     if window_identified(with_buffer):
         with_buffer.notes.append(
             f"buffer rows: kept although the run repeated {what}, because its residuals "
             "identify the buffer's window"
         )
-        return with_buffer
+        return with_buffer, None
     res = fit(replace(cfg, use_buffer=False), None)
     why = (
         f"buffer rows: left out, because the run repeated {what}, which the energy counter's "
@@ -108,4 +109,67 @@ def fit_with_rule(
     )
     res.notes.append(why)
     res.diagnostics["buffer_rows_left_out"] = why
+    return res, with_buffer
+
+
+def fit_with_rule(
+    fit: Callable[[Any, Any], Any], cfg: Any, buffer: Any, extra: Mapping[str, Any] | None,
+    spans: Any, steps: Iterable[int],
+) -> Any:  # fmt: skip
+    """`fits_with_rule`'s fit, its intervals spanning the fit with the buffer rows where the
+    rule left them out and the two disagree (`span_both_fits`)."""
+    res, with_buffer = fits_with_rule(fit, cfg, buffer, extra, spans, steps)
+    if with_buffer is not None:
+        span_both_fits(res, with_buffer)
     return res
+
+
+def span_both_fits(res: Any, with_buffer: Any) -> dict[str, dict[str, Any]]:
+    """Where the fit with the buffer's rows (`with_buffer`) puts a phase resolved in both
+    outside the interval of the fit without them (`res`, changed in place), that phase's
+    interval becomes the span of both fits' intervals (its estimate stays `res`'s).
+
+    Why. The rule chose between two fits the run's residuals cannot rank (the window is not
+    identified), and neither is right everywhere: on the H100 an inference loop's replayed
+    encoder came to −19.0 % (±12.0) of its reference without the buffer rows and −2.7 % (±6.1)
+    with them, while user4's GEMM came to +1.6 … +5.3 % without them and +9.4 … +13.6 % with
+    them (benchmarks/results/ref_loops/README.md, "Two fits the run cannot rank"). Where they
+    disagree, the interval carries both. Returns, per phase compared, the two fits' energies
+    and whether the interval was spanned; notes the phases spanned."""
+    from jouleprof.attribution.regression_choice import widen_to
+
+    other = {p.phase: p for p in with_buffer.phases}
+    found: dict[str, dict[str, Any]] = {}
+    bounds: dict[str, tuple[float, float, float]] = {}
+    for p in res.phases:
+        q = other.get(p.phase)
+        if q is None or not (p.resolved and q.resolved):
+            continue
+        if None in (p.energy_lo_j, p.energy_hi_j, q.energy_lo_j, q.energy_hi_j):
+            continue  # point fits (no intervals) have nothing to span
+        outside = not p.energy_lo_j <= q.energy_j <= p.energy_hi_j
+        found[p.phase] = {"without_buffer_j": p.energy_j, "with_buffer_j": q.energy_j,
+                          "with_buffer_lo_j": q.energy_lo_j, "with_buffer_hi_j": q.energy_hi_j,
+                          "spanned": outside}  # fmt: skip
+        if outside:
+            lo = min(p.energy_lo_j, q.energy_lo_j)
+            hi = max(p.energy_hi_j, q.energy_hi_j)
+            bounds[p.phase] = (lo, hi, abs(q.energy_j - p.energy_j))
+    said = [
+        f"{name} {row['with_buffer_j']:.4g} J [{row['with_buffer_lo_j']:.4g}, "
+        f"{row['with_buffer_hi_j']:.4g}] against {row['without_buffer_j']:.4g} J without them"
+        for name, row in found.items()
+        if row["spanned"]
+    ]
+    widen_to(res, bounds, "the buffer's rows")
+    if said:
+        res.notes.append(
+            "buffer rows check: the fit with them puts " + "; ".join(said) + ", outside this "
+            "fit's interval; each such interval spans both fits"
+        )
+    elif found:
+        res.notes.append(
+            "buffer rows check: the fit with them puts every phase inside this fit's interval"
+        )
+    res.diagnostics["buffer_rows_check"] = found
+    return found
