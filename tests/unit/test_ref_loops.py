@@ -234,3 +234,30 @@ def test_repeat_split_names_each_steps_second_run_of_the_phase_apart():
     want = ["gemm", "copy", "copy#2", "gemm", "copy", "gemm", "copy", "copy#2"]
     assert list(out["phase"]) == want
     assert list(spans["phase"]).count("copy#2") == 0  # the input is left as it was
+
+
+def test_closure_says_how_much_of_the_step_no_reference_prices_and_who_must_take_it():
+    clo = _mod("ref_loops_closure")
+    cols = ["loop", "method", "phase", "share_pct", "share_from", "ref_j", "estimate_j",
+            "occ_per_step", "error_pct"]  # fmt: skip
+    rows = pd.DataFrame([
+        ("u", "regression", "gemm", 60.0, "reference", 6.0, 6.6, 1.0, 10.0),
+        ("u", "regression", "copy", 30.0, "reference", 3.0, 3.1, 1.0, 3.3),
+        ("u", "regression", "tiny", 4.0, "max(alone, added)", None, None, 1.0, None),
+        ("u", "regression", "copy+tiny", 34.0, "reference", None, 3.3, 1.0, None),
+    ], columns=cols)  # fmt: skip
+    rec = {"plain_cycle_j": 10.0, "refs_over_plain_pct": 90.0, "without_reference": ["tiny"]}
+    t = clo.closure_table({"h200": (rows, {"u regression": {"ref_closure": rec}})},
+                          "regression", 10.0, 5.0)  # fmt: skip
+    r = t.iloc[0]
+    # 90 % priced + tiny's 4 % at most: 6 % left; gemm and copy may take 5 % of their 90 %
+    assert (r.priced_pct, r.leftover_pct, r.big_share_pct) == (94.0, 6.0, 90.0)
+    assert r.small_must_take_pct == 1.5 and r.small_must_be_off_pct == 38
+    assert r.big_excess_pct == pytest.approx(7.0)  # (0.6 + 0.1) J of the 10 J step
+    assert r.big_errors == "gemm +10.0; copy +3.3"
+    # over 100 % with a phase bounded from above: nothing follows
+    rec = dict(rec, refs_over_plain_pct=104.0)
+    t = clo.closure_table({"h200": (rows, {"u regression": {"ref_closure": rec}})},
+                          "regression", 10.0, 5.0)  # fmt: skip
+    assert pd.isna(t.iloc[0].small_must_take_pct)
+    assert clo.main(["/nonexistent/x", "--out", "/tmp/x.csv"]) == 2
