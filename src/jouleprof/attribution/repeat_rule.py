@@ -21,6 +21,10 @@ The rule applies where `RegressionConfig.use_buffer` is None (its default) and t
 analysed steps hold at least MIN_REPEATED_STEPS steps with a phase that run.json
 ``extra["repeat"]`` names as replayed running more than once; ``use_buffer=True`` keeps the
 buffer rows whatever was repeated.
+
+Where the rule leaves the buffer's rows out, the fit with them has been made anyway; where it
+puts a phase outside the chosen fit's interval, that interval spans both fits
+(`span_both_fits`): the run cannot rank them, and on the GPU neither was right everywhere.
 """
 
 from __future__ import annotations
@@ -156,8 +160,8 @@ def span_both_fits(res: Any, with_buffer: Any) -> dict[str, dict[str, Any]]:
             hi = max(p.energy_hi_j, q.energy_hi_j)
             bounds[p.phase] = (lo, hi, abs(q.energy_j - p.energy_j))
     said = [
-        f"{name} {row['with_buffer_j']:.4g} J [{row['with_buffer_lo_j']:.4g}, "
-        f"{row['with_buffer_hi_j']:.4g}] against {row['without_buffer_j']:.4g} J without them"
+        f"{name} {_j(row['with_buffer_j'])} J [{_j(row['with_buffer_lo_j'])}, "
+        f"{_j(row['with_buffer_hi_j'])}] against {_j(row['without_buffer_j'])} J without them"
         for name, row in found.items()
         if row["spanned"]
     ]
@@ -173,3 +177,8 @@ def span_both_fits(res: Any, with_buffer: Any) -> dict[str, dict[str, Any]]:
         )
     res.diagnostics["buffer_rows_check"] = found
     return found
+
+
+def _j(x: float) -> str:
+    """Joules for a note: four significant digits, whole joules from 10 kJ up (no exponent)."""
+    return f"{x:.4g}" if abs(x) < 1e4 else f"{x:.0f}"
