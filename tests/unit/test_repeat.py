@@ -314,6 +314,10 @@ def test_where_the_fits_with_and_without_buffer_rows_disagree_the_interval_spans
     span_both_fits(res, _device(_phase("copy", 10.5, 3.0)))
     assert res.phase("copy").energy_hi_j == pytest.approx(11.0)
     assert "every phase inside" in res.notes[-1]
+    # a whole run's joules: no exponent in the note
+    res = _device(_phase("gemm", 26980.0, 100.0))
+    span_both_fits(res, _device(_phase("gemm", 28490.0, 1000.0)))
+    assert "gemm 28490 J [27490, 29490] against 26980 J" in res.notes[-1]
 
 
 def test_the_rule_spans_both_fits_where_it_leaves_the_buffer_rows_out():
