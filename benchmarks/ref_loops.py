@@ -13,9 +13,12 @@ Per loop (benchmarks/ref_loops_defs.py; `--loops` picks some):
    - plain: the loop's step replayed as is (at the start and at the end);
    - alone:X: phase X replayed back to back (after the phases it needs ran once);
    - added:X: the step with each occurrence of X run k+1 times (k sized so the extra work is
-     ~40 % of the step; 1 for a long phase).
+     ~40 % of the step; 1 for a long phase);
+   - removed:X, for the loop's `removable` phases only: the step without X.
    The energies are measured offline from samples.csv (benchmarks/ref_loops_eval.py): alone:X
-   gives E/n per call, added:X gives (E_added/n − E_plain/n)/(k·occ) per occurrence.
+   gives E/n per call, added:X gives (E_added/n − E_plain/n)/(k·occ) per occurrence, and
+   removed:X (E_plain/n − E_removed/n)/occ: X at the step's own pace, with what it does to
+   its neighbours (a third way, reported beside the two).
 Each loop runs in isolation: an error is a row (loops.csv, error.txt), never the end.
 
 `<loop>_excite` (any loop above, e.g. pl_resnet50_excite) is the loop measured with the opt-in
@@ -189,12 +192,17 @@ def added_k(name: str, times: dict, flat: list[str]) -> int:
     return k
 
 
-def _run_cycle(loop: Loop, rec, steps, extra: dict[str, int] | None = None) -> None:
-    """One cycle of the replica, each step recorded; phases in `extra` run k more times."""
+def _run_cycle(
+    loop: Loop, rec, steps, extra: dict[str, int] | None = None, skip: str | None = None
+) -> None:
+    """One cycle of the replica, each step recorded; phases in `extra` run k more times, the
+    phase `skip` not at all."""
     extra = extra or {}
     for phases in steps:
         with rec.step():
             for name, call in phases:
+                if name == skip:
+                    continue
                 k = extra.get(name, 0)
                 with rec.phase(name):
                     for i in range(k + 1):
@@ -244,7 +252,7 @@ def run_references(
     n, t0, t1 = _window(loop, m.clock, lambda: _run_cycle(loop, rec, steps), ref_s, warm_s)
     put("plain", "", 0, n, 0, t0, t1)
     for name in dict.fromkeys(flat):
-        if time.perf_counter() + 3 * (ref_s + warm_s + 0.4) > deadline:
+        if time.perf_counter() + (3 + (name in loop.removable)) * (ref_s + warm_s + 0.4) > deadline:
             loop.info["references_cut"] = f"budget: no references from {name!r} on"
             break
         occ = flat.count(name)
@@ -270,6 +278,13 @@ def run_references(
         )  # fmt: skip
         loop.reset()
         put("added", name, k, n, occ, t0, t1)
+        if name in loop.removable:
+            n, t0, t1 = _window(
+                loop, m.clock, lambda nm=name: _run_cycle(loop, rec, steps, skip=nm), ref_s,
+                warm_s,
+            )  # fmt: skip
+            loop.reset()
+            put("removed", name, 0, n, occ, t0, t1)
     n, t0, t1 = _window(loop, m.clock, lambda: _run_cycle(loop, rec, steps), ref_s, warm_s)
     put("plain", "", 0, n, 0, t0, t1)
     return rows
@@ -402,7 +417,8 @@ def _reserve_s(name: str, ref_s: float, smoke: bool, references: bool = True) ->
     build = {"hf_bert": 12.0, "pl_resnet50": 12.0, "vit_accum": 8.0}.get(base, 5.0)
     if not references:
         return build + 5.0
-    windows = 2 + 2 * n_phases.get(base, 4)
+    removed = len(LOOPS[base].removable) if base in LOOPS else 0
+    windows = 2 + 2 * n_phases.get(base, 4) + removed
     return build + 8.0 + 1.5 + windows * (ref_s + 0.3 + 0.3 + 0.2)
 
 

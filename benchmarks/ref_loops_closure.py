@@ -13,6 +13,8 @@ folder's ref_loops_eval.csv and loops_detail.json, as ref_loops_eval.py writes t
   at least 0 (none where the leftover is below 0 and some phase has no reference: its bound
   is from above); small_must_be_off_pct: that, over the other phases' share (how far off their
   references those phases must then be, as a group);
+- removed_priced_pct: the same with the third references (the step less each phase), where
+  every phase has one;
 - big_excess_pct, small_excess_pct: where the method given put it (Σ (estimate − reference) ×
   occurrences per step over the step's energy, on the big phases with a reference and on the
   others with one).
@@ -66,6 +68,7 @@ def loop_closure(rows: pd.DataFrame, closure: dict, min_share_pct: float, target
 
     return {
         "priced_pct": round(priced, 1),
+        "removed_priced_pct": _round(_num(closure.get("removed_over_plain_pct"))),
         "leftover_pct": round(leftover, 1),
         "without_reference": ",".join(sorted(missing)),
         "big_share_pct": round(big_share, 1),

@@ -42,6 +42,10 @@ class Loop:
     framework = "own"
     replayable: tuple[str, ...] = ()
     """Phases that may run twice in a step with no effect but their cost (`<loop>_repeat`)."""
+    removable: tuple[str, ...] = ()
+    """Phases the step can run without, the others unchanged (none takes its input from them):
+    each gets a third reference, `removed:X`, the step less the step without X, priced at the
+    step's own pace and with X's effect on its neighbours (benchmarks/ref_loops.py)."""
 
     def __init__(self, device: str, smoke: bool) -> None:
         import torch
@@ -146,6 +150,7 @@ class User4(Loop):
     name = "user4"
     target_ms = {"gemm": 29.0, "copy": 15.0, "spin": 6.0}
     replayable = ("copy",)  # idempotent kernels; the copy is what repetition is tried on
+    removable = ("gemm", "copy", "spin", "tiny")  # no phase reads another's output
 
     def build(self) -> None:
         torch = self.torch

@@ -170,6 +170,8 @@ def phase_rows(
             "ref_alone_j": _sum([r.alone_j for r in ref]) if all(ref) else None,
             "ref_added_j": _sum([r.added_j for r in ref]) if all(ref) else None,
             "ref_added_ms": _sum([r.added_ms for r in ref]) if all(ref) else None,
+            "ref_removed_j": _sum([r.removed_j for r in ref]) if all(ref) else None,
+            "ref_removed_ms": _sum([r.removed_ms for r in ref]) if all(ref) else None,
             "ref_diff_pct": ref[0].diff_pct if len(ref) == 1 and ref[0] else None,
             "near_limit": any(r.near_limit for r in ref if r),
             "max_read_w": max((r.max_read_w or 0) for r in ref if r) if any(ref) else None,
@@ -195,6 +197,10 @@ def phase_rows(
             rhi = _sum([r.ref_hi_j for r in ref]) if all(ref) else None
             if rlo is not None and rhi is not None:
                 row["overlaps_ref_bound"] = bool(row["lo_j"] <= rhi and rlo <= row["hi_j"])
+        removed = row["ref_removed_j"]
+        if row["estimate_j"] is not None and removed:  # the third way, where measured
+            row["removed_error_pct"] = 100 * (row["estimate_j"] - removed) / removed
+            row["inside_removed"] = bool(row["lo_j"] <= removed <= row["hi_j"])
         if truth is not None and all(q in truth for q in parts) and row["estimate_j"] is not None:
             t = sum(truth[q] for q in parts)
             row["sim_truth_j"] = t
@@ -352,7 +358,19 @@ def closure(refs: dict, res, occ: dict) -> dict:
     return {"plain_cycle_j": plain, "plain_cycle_ms": refs["plain_cycle_ms"],
             "refs_j": summed, "gap_ms": gap_ms, "gap_at_idle_j": gap_j,
             "refs_over_plain_pct": 100 * (summed + gap_j) / plain if plain else None,
-            "without_reference": missing}  # fmt: skip
+            "without_reference": missing,
+            "removed_over_plain_pct": _removed_pct(refs, gap_j)}  # fmt: skip
+
+
+def _removed_pct(refs: dict, gap_j: float) -> float | None:
+    """The third references (the step less the phase) summed over the cycle, with the time
+    outside the phases at idle, over the plain cycle's energy; None unless every phase has
+    one."""
+    phases = refs["phases"].values()
+    plain = refs["plain_cycle_j"]
+    if not plain or not phases or any(r.removed_j is None for r in phases):
+        return None
+    return 100 * (sum(r.removed_j * r.occ for r in phases) + gap_j) / plain
 
 
 def window_chi2(res) -> dict[str, float]:
@@ -395,6 +413,7 @@ def markdown(rows: list[dict], targets: list[dict]) -> str:
     cols = ["loop", "method", "phase", "share_pct", "time_ms", "ref_alone_ms", "ref_added_ms",
             "ref_alone_j", "ref_added_j", "ref_source", "ref_j",
             "estimate_j", "error_pct", "half_width_pct", "inside", "overlaps_ref_bound",
+            "ref_removed_j", "removed_error_pct", "inside_removed",
             "resolved", "steps_to_resolve", "not_by_steps", "sim_error_pct",
             "sim_truth_inside"]  # fmt: skip
     out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]

@@ -7,7 +7,11 @@ functions of recorded data:
 - added:  the step with each X run k+1 times against the plain step:
           (E_added / cycles − E_plain / cycles) / (k · occurrences of X per cycle);
           the plain cycle's energy is the mean of the plain windows before and after, and half
-          their difference (the device's drift over the references) widens the bound.
+          their difference (the device's drift over the references) widens the bound;
+- removed (a third way, where the loop can run its step without X): the plain step against
+          the step without X, (E_plain / cycles − E_removed / cycles) / occurrences: X at the
+          step's pace, with what X does to its neighbours (a copy after a GEMM draws more than
+          a copy after a copy), which neither of the other two prices.
 
 Both include the board's idle power over the phase's time, as an attributed phase energy does.
 They agree where a phase costs the same alone as in its step. They can differ where the power
@@ -60,6 +64,13 @@ class PhaseReference:
     """The added copies' time each: (the added cycle's time − the plain one's) / (k · occ)."""
     added_ms_hw: float | None = None
     """Half the plain windows' spread of time per cycle, / (k · occ): added_ms's uncertainty."""
+    removed_j: float | None = None
+    """The third way, where the loop can run without the phase: the plain cycle's energy less
+    the cycle's without it, per occurrence (None where not measured)."""
+    removed_lo_j: float | None = None
+    removed_hi_j: float | None = None
+    removed_ms: float | None = None
+    """The plain cycle's time less the cycle's without the phase, per occurrence."""
 
     def row(self) -> dict:
         return asdict(self)
@@ -237,6 +248,7 @@ def references(ref_dir: Path, power_limit_w: float | None) -> dict:
         out[phase] = PhaseReference(
             phase, alone_j, alo, ahi, alone_ms, added, added_lo, added_hi, k, occ, diff, agree,
             max_w, near, rj, rlo, rhi, src, note, added_ms, added_ms_hw,
+            *_removed(wins, phase, plain_j, drift_j + _plain_halfwidth(plain), plain_ms),
         )  # fmt: skip
     return {
         "device": dev,
@@ -246,6 +258,22 @@ def references(ref_dir: Path, power_limit_w: float | None) -> dict:
         "plain_drift_j": drift_j,
         "phases": out,
     }
+
+
+def _removed(wins, phase: str, plain_j: float, plain_hw_j: float, plain_ms: float) -> tuple:
+    """(removed_j, lo, hi, removed_ms) per occurrence from the `removed` window of `phase`
+    (the step without it), or Nones where there is none. Its bound: the window's own and the
+    plain cycle's (its drift and counter bound, `plain_hw_j`)."""
+    r = wins[(wins["kind"] == "removed") & (wins["phase"] == phase)]
+    if not len(r):
+        return None, None, None, None
+    r = r.iloc[0]
+    occ = max(int(r.occ), 1)
+    e = (plain_j - r.e_j / r.n) / occ
+    lo = (plain_j - plain_hw_j - r.hi_j / r.n) / occ
+    hi = (plain_j + plain_hw_j - r.lo_j / r.n) / occ
+    ms = (plain_ms - 1e3 * (r.t1_s - r.t0_s) / r.n) / occ
+    return float(e), float(lo), float(hi), float(ms)
 
 
 def _time_se_rel(spans, phase: str, t0: float, t1: float) -> float:

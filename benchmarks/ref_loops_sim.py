@@ -212,9 +212,11 @@ def write_ref(loop: SimLoop, path: Path, ref_s: float = 2.5, seed: int = 0) -> l
                              strict=True)))  # fmt: skip
         drv.idle(0.3)
 
-    def step(extra=None):
+    def step(extra=None, skip=None):
         with recorder.step():
             for ph in loop.phases:
+                if ph.name == skip:
+                    continue
                 with recorder.phase(ph.name):
                     for _ in range(1 + (extra or {}).get(ph.name, 0)):
                         drv.run(ph, record=False)
@@ -234,6 +236,7 @@ def write_ref(loop: SimLoop, path: Path, ref_s: float = 2.5, seed: int = 0) -> l
         window("alone", ph.name, 0, alone)
         k = max(1, min(16, round(0.4 * cycle_ms / (1e3 * ph.duration_s))))
         window("added", ph.name, k, lambda ph=ph, k=k: step({ph.name: k}))
+        window("removed", ph.name, 0, lambda ph=ph: step(skip=ph.name))
     window("plain", "", 0, step)
     recorder.close()
     _sample(drv, rd, seed + 7, buffer=True)

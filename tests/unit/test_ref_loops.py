@@ -44,8 +44,9 @@ def test_smoke_run_packs_a_loop_and_the_evaluation_reads_it(tmp_path, monkeypatc
     assert {"gemm", "copy", "spin", "tiny"} <= set(table["phase"])
     wins = pd.read_csv(tmp_path / "ev" / "unpacked" / "loops/user4/ref/ref_windows.csv")
     assert list(wins["kind"]).count("plain") == 2 and (wins["kind"] == "idle").sum() == 1
-    for kind in ("alone", "added"):
+    for kind in ("alone", "added", "removed"):  # user4's phases can each be left out
         assert set(wins.loc[wins["kind"] == kind, "phase"]) == {"gemm", "copy", "spin", "tiny"}
+    assert table["ref_removed_j"].notna().any()
     assert (tmp_path / "ev" / "ref_loops_eval.md").read_text().count("| user4 |") >= 8
 
 
@@ -93,6 +94,11 @@ def test_the_two_references_agree_with_the_simulated_truth(tmp_path):
         assert r.agree
         # Only the 850 W GEMM reads above 95 % of a 700 W limit.
         assert r.near_limit == (ph.power_w > 700 * 0.95), ph.name
+        # the third way, the step without the phase: the simulator's phases do not touch
+        # their neighbours, so it prices the phase alone, at its time in the step
+        assert r.removed_lo_j <= truth <= r.removed_hi_j, (ph.name, r)
+        assert abs(r.removed_j - truth) < 0.03 * truth + 0.05, (ph.name, r.removed_j, truth)
+        assert abs(r.removed_ms - 1e3 * ph.duration_s) < 0.02 * 1e3 * ph.duration_s + 0.1
 
 
 def test_target_check():
