@@ -283,6 +283,9 @@ def test_replay_check_widens_where_the_first_runs_differ_beyond_their_own_halfwi
     assert copy.energy_hi_j - copy.energy_j == pytest.approx((5.0**2 + 30.0**2) ** 0.5)
     assert res.phase("gemm").energy_hi_j == pytest.approx(820.0)  # not replayed: untouched
     assert any("130 W in its first run" in n and "90 W in its replays" in n for n in res.notes)
+    # (130 − 90) W × the first runs' 0.1 s a step: 4 J a step shared with the phase before
+    assert found["copy"]["first_run_extra_j_per_step"] == pytest.approx(4.0)
+    assert any("4 J a step more than at its replays' power" in n for n in res.notes)
     # within the first runs' own half-width: a note, nothing widened
     res = _device(_phase("copy", 100.0, 5.0))
     split = _device(_phase("copy", 108.0, 10.0), _phase("copy#2", 95.0, 5.0))

@@ -74,7 +74,8 @@ def check_replays(res, split, phases: Iterable[str]) -> dict[str, dict[str, Any]
         again_w = None if again is None else _power(again)
         first_hw = None if first is None else _halfwidth_w(first)
         row = {"one_power_w": one_w, "first_runs_w": first_w, "first_runs_hw_w": first_hw,
-               "replays_w": again_w, "moved_j": 0.0}  # fmt: skip
+               "replays_w": again_w, "moved_j": 0.0,
+               "first_run_extra_j_per_step": _extra_per_step(first, first_w, again_w)}  # fmt: skip
         if one_w is not None and first_hw is not None and abs(first_w - one_w) > first_hw:
             moved[p.phase] = abs(first_w - one_w) * p.time_s
             row["moved_j"] = moved[p.phase]
@@ -92,13 +93,32 @@ def check_replays(res, split, phases: Iterable[str]) -> dict[str, dict[str, Any]
             said = "its first runs alone are unresolved: not widened"
         else:
             said = f"within the first runs' own ±{row['first_runs_hw_w']:.0f} W: not widened"
+        extra = row["first_run_extra_j_per_step"]
+        shared = (
+            f"; its first run draws {abs(extra):.3g} J a step {'more' if extra > 0 else 'less'} "
+            "than at its replays' power: energy it shares with the phase before it"
+            if extra is not None and row["moved_j"] > 0
+            else ""
+        )
         res.notes.append(
             f"replay check: {name} draws {row['first_runs_w']:.0f} W in its first run of a step "
             f"and {row['replays_w']:.0f} W in its replays (one power for both: "
-            f"{row['one_power_w']:.0f} W); {said}"
+            f"{row['one_power_w']:.0f} W); {said}{shared}"
         )
     res.diagnostics["replay_check"] = found
     return found
+
+
+def _extra_per_step(first, first_w: float | None, again_w: float | None) -> float | None:
+    """J a step that a phase's first runs draw beyond what they would at its replays' power:
+    (P_first − P_replays) × the first runs' time per step. Where a phase runs once a step and
+    its replay follows itself, this is the energy it shares with the phase before it (on an
+    H100, user4's copy after its GEMM: 2.43 J, against 1.8-2.2 J between the copy's "step
+    less it" reference and its alone and added ones; benchmarks/results/ref_loops/README.md,
+    "A third reference")."""
+    if first is None or first_w is None or again_w is None or not first.time_per_step_s:
+        return None
+    return (first_w - again_w) * first.time_per_step_s
 
 
 def with_replay_check(
