@@ -247,7 +247,8 @@ def _buffer(sched, rng, end_s: float):
 
 def attribute_run(sim: SimRun, replay: tuple[str, ...] = (), **cfg_fields):
     """The regression's result for the simulated run (as `jouleprof attribute` would give it:
-    where `replay` names repeated phases, under the repeat rule on the buffer rows)."""
+    where `replay` names repeated phases, under the repeat rule and its checks,
+    `repeat_rule.fit_with_rule`)."""
     from jouleprof.attribution.common import build_timeline, check_spans
     from jouleprof.attribution.regression import RegressionConfig, attribute_regression
     from jouleprof.attribution.repeat_rule import fit_with_rule
@@ -261,7 +262,11 @@ def attribute_run(sim: SimRun, replay: tuple[str, ...] = (), **cfg_fields):
     def fit(c, b):
         return attribute_regression(sim.samples, tl, "gpu0", c, b)
 
-    res = fit_with_rule(fit, cfg, sim.buffer, extra, sim.spans, tl.analysed_steps)
+    def fit_relabelled(other, c, b):
+        tl2 = build_timeline(other, float(t.min()), float(t.max()), len(tl.warmup_steps))
+        return attribute_regression(sim.samples, tl2, "gpu0", c, b)
+
+    res = fit_with_rule(fit, fit_relabelled, cfg, sim.buffer, extra, sim.spans, tl.analysed_steps)
     left_out = "buffer_rows_left_out" in res.diagnostics
     res.diagnostics["buffer_rows_used"] = sim.buffer is not None and not left_out
     return res

@@ -14,6 +14,7 @@ import jouleprof
 from jouleprof.attribution.repeat_rule import (
     MIN_REPEATED_STEPS,
     fit_with_rule,
+    fits_with_rule,
     repeated_steps,
     repetition,
     replayed_phases,
@@ -191,19 +192,19 @@ def test_the_rule_leaves_buffer_rows_out_where_repeated_and_the_window_unidentif
     assert repetition(extra, few, range(100)) is None and repetition({}, many, range(100)) is None
 
     flat = _Fit({"0.05": 1.0, "0.075": 1.0})  # the H200's case: neighbours not rejected
-    res = fit_with_rule(flat, cfg, buf, extra, many, range(100))
+    res, _ = fits_with_rule(flat, cfg, buf, extra, many, range(100))
     assert flat.calls == [(None, True), (False, False)]
     assert "left out, because the run repeated copy in 25 analysed steps" in res.notes[0]
     assert res.diagnostics["buffer_rows_left_out"] == res.notes[0]
 
     sharp = _Fit({"0.05": 0.3, "0.075": 0.5})  # both neighbours rejected: identified
-    res = fit_with_rule(sharp, cfg, buf, extra, many, range(100))
+    res, _ = fits_with_rule(sharp, cfg, buf, extra, many, range(100))
     assert sharp.calls == [(None, True)] and "kept although" in res.notes[0]
 
     for args in ((cfg, buf, extra, few), (cfg, buf, {}, many), (cfg, None, extra, many),
                  (RegressionConfig(use_buffer=True), buf, extra, many)):  # fmt: skip
         f = _Fit({"0.05": 1.0})
-        res = fit_with_rule(f, args[0], args[1], args[2], args[3], range(100))
+        res, _ = fits_with_rule(f, args[0], args[1], args[2], args[3], range(100))
         assert len(f.calls) == 1 and not res.notes, args[1:]
     assert window_identified(SimpleNamespace(diagnostics={})) is False
 
@@ -333,10 +334,19 @@ def test_the_rule_spans_both_fits_where_it_leaves_the_buffer_rows_out():
             return res
         return _device(_phase("copy", 100.0, 10.0))
 
+    relabelled = []
+
+    def fit_relabelled(spans, cfg, buffer):  # the replay check's fit, as the chosen one
+        relabelled.append((set(spans["phase"]), cfg.use_buffer, buffer))
+        return _device(_phase("copy", 100.0, 10.0), _phase("copy#2", 100.0, 10.0))
+
     many = _spans(100, set(range(0, 100, 4)))
-    res = fit_with_rule(fit, RegressionConfig(), object(), {"repeat": {"phases": ["copy"]}},
-                        many, range(100))  # fmt: skip
+    res = fit_with_rule(fit, fit_relabelled, RegressionConfig(), object(),
+                        {"repeat": {"phases": ["copy"]}}, many, range(100))  # fmt: skip
     copy = res.phase("copy")
+    # the replay check ran first, without the buffer rows as the chosen fit, and moved nothing
+    assert relabelled == [({"copy", "copy#2", "gemm", "outer/copy"}, False, None)]
+    assert "replay_check" in res.diagnostics
     assert "buffer_rows_left_out" in res.diagnostics
     assert (copy.energy_j, copy.energy_lo_j, copy.energy_hi_j) == pytest.approx((100, 90, 140))
     assert res.diagnostics["buffer_rows_check"]["copy"]["spanned"]

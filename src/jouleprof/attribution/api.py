@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
-from dataclasses import fields, replace
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -92,39 +92,18 @@ def _record_extra(rd: RunDir) -> dict[str, Any]:
 
 
 def _regression(samples, tl, dev: str, cfg, buffer, spans, extra, timeline_of) -> DeviceAttribution:
-    """The regression on one device, under the repeat rule (`attribution.repeat_rule`): where
-    the run repeated phases on purpose (run.json's `extra`) and the buffer's window is not
-    identified, without the buffer's rows. Where it repeated enough, each replayed phase's
-    interval also carries how far it moves with its replays fitted apart from its first runs
-    (`attribution.repeat_check`), and, where the rule left the buffer's rows out, the span of
-    both fits where they disagree (`repeat_rule.span_both_fits`); `timeline_of(spans)` builds
-    the timeline of other spans."""
-    from jouleprof.attribution.repeat_check import with_replay_check
-    from jouleprof.attribution.repeat_rule import (
-        fits_with_rule,
-        repetition,
-        replayed_phases,
-        span_both_fits,
-    )
+    """The regression on one device, under the repeat rule and its checks
+    (`repeat_rule.fit_with_rule`); `timeline_of(spans)` builds the timeline of other spans."""
+    from jouleprof.attribution.repeat_rule import fit_with_rule
 
     def fit(c, b):
         return attribute_regression(samples, tl, dev, c, b)
 
-    res, with_buffer = fits_with_rule(fit, cfg, buffer, extra, spans, tl.analysed_steps)
-    if repetition(extra, spans, tl.analysed_steps) is None:
-        return res
-    left_out = "buffer_rows_left_out" in res.diagnostics
-    c = cfg if cfg is None or not left_out else replace(cfg, use_buffer=False)
-    b = None if left_out else buffer
-
-    def fit_split(relabelled):
+    def fit_relabelled(other, c, b):
         with stage(f"{dev}: replay check"):
-            return attribute_regression(samples, timeline_of(relabelled), dev, c, b)
+            return attribute_regression(samples, timeline_of(other), dev, c, b)
 
-    res = with_replay_check(res, fit_split, spans, replayed_phases(extra), cfg)
-    if with_buffer is not None:  # last: it spans what the other checks have not carried
-        span_both_fits(res, with_buffer)
-    return res
+    return fit_with_rule(fit, fit_relabelled, cfg, buffer, extra, spans, tl.analysed_steps)
 
 
 def _devices(samples, device: str | None) -> list[str]:

@@ -117,13 +117,29 @@ def fits_with_rule(
 
 
 def fit_with_rule(
-    fit: Callable[[Any, Any], Any], cfg: Any, buffer: Any, extra: Mapping[str, Any] | None,
-    spans: Any, steps: Iterable[int],
+    fit: Callable[[Any, Any], Any], fit_relabelled: Callable[[Any, Any, Any], Any], cfg: Any,
+    buffer: Any, extra: Mapping[str, Any] | None, spans: Any, steps: Iterable[int],
 ) -> Any:  # fmt: skip
-    """`fits_with_rule`'s fit, its intervals spanning the fit with the buffer rows where the
-    rule left them out and the two disagree (`span_both_fits`)."""
+    """The regression of a run as `jouleprof attribute` gives it, wherever the run may have
+    repeated phases: `fits_with_rule`; where the run repeated enough, the replay check
+    (`repeat_check.with_replay_check`, fitted as the chosen fit was, with or without the
+    buffer rows); last, where the rule left the buffer rows out, the span of both fits
+    (`span_both_fits`: it spans what the other checks have not carried).
+
+    `fit(cfg, buffer)` fits the run's own spans; `fit_relabelled(spans, cfg, buffer)` fits it
+    on other spans (the replays named apart)."""
+    from jouleprof.attribution.repeat_check import with_replay_check
+
     res, with_buffer = fits_with_rule(fit, cfg, buffer, extra, spans, steps)
-    if with_buffer is not None:
+    if repetition(extra, spans, steps) is None:
+        return res
+    left_out = with_buffer is not None
+    c = cfg if cfg is None or not left_out else replace(cfg, use_buffer=False)
+    b = None if left_out else buffer
+    res = with_replay_check(
+        res, lambda other: fit_relabelled(other, c, b), spans, replayed_phases(extra), cfg
+    )
+    if left_out:
         span_both_fits(res, with_buffer)
     return res
 
