@@ -113,7 +113,7 @@ def _extra_per_step(first, first_w: float | None, again_w: float | None) -> floa
     """J a step that a phase's first runs draw beyond what they would at its replays' power:
     (P_first − P_replays) × the first runs' time per step. Where a phase runs once a step and
     its replay follows itself, this is the energy it shares with the phase before it (on an
-    H100, user4's copy after its GEMM: 2.43 J, against 1.8-2.2 J between the copy's "step
+    H100, user4's copy after its GEMM: 2.42 J, against 1.8-2.2 J between the copy's "step
     less it" reference and its alone and added ones; benchmarks/results/ref_loops/README.md,
     "A third reference")."""
     if first is None or first_w is None or again_w is None or not first.time_per_step_s:
