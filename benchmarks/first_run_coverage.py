@@ -1,6 +1,6 @@
 """Do the regression's intervals hold the truth on a first CPU run? Recorded spans, many sensors.
 
-`jouleprof profile vjepa2 --preset tiny --steps 60` on a machine without a GPU trains on the
+`jouleprof profile vjepa2 --preset tiny --duration-s 10` on a machine without a GPU trains on the
 CPU, then plays the recorded phase spans on the package's simulated GPU and attributes it.
 How fast the CPU runs the step (idle, busy, in bursts) sets the phases' lengths, and where the
 sensor's refreshes fall sets what the readings can tell apart. This script takes run
