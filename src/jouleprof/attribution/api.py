@@ -189,6 +189,10 @@ def _attribute(run_dir, method: str, device, warmup_steps, gap_s: float, cfg) ->
         if method == "proportional":
             out.append(attribute_proportional(samples, tl, dev))
         elif method == "regression":
+            if cfg is not None and cfg.joint:
+                from jouleprof.attribution.groups import check_members, parse_groups
+
+                check_members(parse_groups(cfg.joint), tl.order)
 
             def timeline_of(other, t=t, n_warm=len(tl.warmup_steps)):
                 return build_timeline(other, float(t.min()), float(t.max()), n_warm, gap_s)

@@ -428,6 +428,10 @@ def _attribute_model(found: _Grids, timeline: Timeline, device: str, cfg: Regres
     results = _demote_partners(results, joint, unphysical, reported.n_steps, device) + joint
     if ceiling_w is not None and cfg.bounded_splits:
         results = _bounded_splits(results, floor_w, ceiling_w, device)
+    # Asked-for groups last: a row the user asks for changes no other row.
+    results += _asked_groups(
+        reported, col_of, terms, power, boot, sens_w, cfg, device, widen, step_e, members, joint
+    )
     resid = y - x @ power
     diagnostics = {
         "n_rows": len(rows),
@@ -539,6 +543,36 @@ def _attribute_model(found: _Grids, timeline: Timeline, device: str, cfg: Regres
         step_energy_hi_j=step_hi,
         diagnostics=diagnostics,
         notes=notes,
+    )
+
+
+def _asked_groups(
+    timeline, col_of, terms, power, boot, sens_w, cfg, device, widen, step_e, members, joint
+):
+    """The rows of the groups `cfg.joint` asks for (`attribution.groups`), from this fit."""
+    from jouleprof.attribution.groups import group_rows, parse_groups
+    from jouleprof.attribution.regression_results import _fitted
+
+    groups = parse_groups(cfg.joint)
+    if not groups:
+        return []
+
+    def interval(names):
+        idx, t = terms(names)
+        return _energy_interval(power, boot, sens_w, idx, t, cfg, widen)
+
+    return group_rows(
+        groups,
+        timeline.order,
+        timeline.time_s,
+        lambda p: _fitted(p, col_of, members),
+        interval,
+        timeline.n_steps,
+        step_e,
+        device,
+        METHOD,
+        have=[r.phase for r in joint],
+        confidence=cfg.confidence,
     )
 
 

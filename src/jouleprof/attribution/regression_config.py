@@ -175,6 +175,10 @@ class RegressionConfig:
     default: on the H200 reference loops it lifted the powers fitted below idle (user4's spin
     70 → 119 W, pl_resnet50's stall 99 → 128 W) but moved no verdict, and it moved the V-JEPA2
     optimizer 0.6–0.9 points further from its replay (benchmarks/results/ref_loops, "Tried")."""
+    joint: tuple[str, ...] = ()
+    """Groups of phases to weigh together, each "a+b" (or "a+b+c"): a row per group beside the
+    phases, its energy and interval from the same fit (`attribution.groups`). For phases that
+    share energy, whose sum is defined where each one's split is not."""
     intervals: bool = True
     """False: point estimates only, without the bootstrap or the sensor model's spread (each
     interval at its floor). For the fits that only choose a setting."""
@@ -229,6 +233,9 @@ class RegressionConfig:
         ):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be ≥ 0, got {getattr(self, name)}")
+        from jouleprof.attribution.groups import parse_groups
+
+        object.__setattr__(self, "joint", tuple("+".join(g) for g in parse_groups(self.joint)))
         check_kernel(self.instant_kernel)
         check_kernel(self.buffer_kernel, "buffer_kernel")
         if self.n_boot < 200:

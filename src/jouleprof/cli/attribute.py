@@ -364,6 +364,15 @@ def attribute_cmd(
             min=0.0,
         ),
     ] = 5.0,
+    joint: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Regression: also weigh these phases together, as one row beside them, e.g. "
+            "--joint gemm+copy (repeatable). For phases that share energy: their sum is "
+            "measured where each one's split is not.",
+            show_default=False,
+        ),
+    ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
     """Attribute a run's energy to its phases; write phases_<method>.csv (phases.csv: the
@@ -373,7 +382,18 @@ def attribute_cmd(
     if method not in _METHODS:
         fail(f"unknown --method {method!r}: choose one of {', '.join(_METHODS)}")
     opts: dict[str, Any] = {"gap_tolerance_s": gap_tolerance_s}
+    if joint and method != "regression":
+        fail(f"--joint weighs phases together in the regression's fit: drop it, or use --method "
+             f"regression (--method {method} splits each phase on its own)")  # fmt: skip
     if method == "regression":
+        if joint:
+            from jouleprof.attribution.groups import parse_groups
+
+            try:
+                parse_groups(joint)
+            except ValueError as e:
+                fail(f"--joint: {e}")
+            opts["joint"] = tuple(joint)
         opts.update(
             confidence=confidence,
             n_boot=n_boot,

@@ -1,0 +1,144 @@
+"""Phases weighed together on request (`attribute(..., joint=["a+b"])`, `--joint a+b`).
+
+A group's row comes from the same fit as the phases: its estimate is the members' sum, its
+interval is taken over the sum (where the fit trades energy between neighbours it is narrower
+than their half-widths added), it holds the summed truth of a simulated GPU, and asking for it
+changes no other row. Bad groups get one clear line, naming what was wrong.
+"""
+
+from __future__ import annotations
+
+import functools
+import subprocess
+import sys
+
+import pytest
+
+from jouleprof.attribution import attribute
+from jouleprof.attribution.common import build_timeline
+from jouleprof.attribution.groups import parse_groups
+from jouleprof.attribution.regression import attribute_regression
+from jouleprof.attribution.regression_config import RegressionConfig
+from jouleprof.errors import AttributionError
+from jouleprof.sensors.simulated_workload import PhaseSpec, simulate_training
+from jouleprof.store.rundir import RunDir
+from jouleprof.types import RunRecord, Span
+
+PHASES = [
+    PhaseSpec("data", 0.008, 150.0),
+    PhaseSpec("forward", 0.120, 480.0),
+    PhaseSpec("backward", 0.200, 600.0),
+    PhaseSpec("optimizer", 0.012, 430.0),
+    PhaseSpec("ema", 0.006, 495.0),
+]
+
+
+@functools.cache
+def _sim(seed: int = 3):
+    run = simulate_training(PHASES, 200, span_noise_s=50e-6, seed=seed)
+    samples = run.samples_frame()
+    tl = build_timeline(run.spans_frame(), samples["t_s"].min(), samples["t_s"].max())
+    return run, samples, tl
+
+
+def _write_run(path, sim):
+    """The simulated run as a run directory (samples.csv, spans.csv) on gpu0."""
+    rd = RunDir.create(path, RunRecord(run_id=path.name, kind="simulated"))
+    w = rd.sample_writer()
+    w.write(sim.samples)
+    w.close()
+    w = rd.span_writer()
+    w.write([Span(s.step, s.phase, float(s.t0_s), float(s.t1_s)) for s in sim.spans])
+    w.close()
+    return path
+
+
+def _fit(joint=()):
+    run, samples, tl = _sim()
+    res = attribute_regression(samples, tl, "gpu0", RegressionConfig(joint=tuple(joint)))
+    return res, run.true_energy_in_steps_j(set(tl.analysed_steps))
+
+
+def test_groups_are_parsed_and_bad_ones_refused_with_a_reason():
+    assert parse_groups(None) == ()
+    assert parse_groups("gemm+copy") == (("gemm", "copy"),)
+    assert parse_groups(["a+b", " a + b ", "c+d+e"]) == (("a", "b"), ("c", "d", "e"))
+    for bad, why in [("gemm", "fewer than two"), ("a+", "empty"), ("a+a", "fewer than two")]:
+        with pytest.raises(ValueError, match=why):
+            parse_groups(bad)
+    with pytest.raises(ValueError, match="twice"):
+        parse_groups("a+b+a")
+    # The config keeps them in one spelling
+    assert RegressionConfig(joint=("a + b",)).joint == ("a+b",)
+
+
+def test_a_group_prices_its_members_together_and_holds_their_summed_truth():
+    res, truth = _fit(["optimizer+ema", "forward+ema", "backward+optimizer"])
+    by = {p.phase: p for p in res.phases}
+    for name in ("optimizer+ema", "forward+ema", "backward+optimizer"):
+        g = by[name]
+        members = name.split("+")
+        want = sum(truth[m] for m in members)
+        assert g.resolved and "on request" in g.note, g
+        assert g.energy_lo_j <= want <= g.energy_hi_j, (name, g, want)
+        assert g.time_s == pytest.approx(sum(by[m].time_s for m in members))
+        resolved = [by[m] for m in members if by[m].resolved]
+        if len(resolved) == len(members):  # the point estimate is the members' sum
+            assert g.energy_j == pytest.approx(sum(m.energy_j for m in resolved), rel=1e-9)
+    # Neighbours the fit trades energy between: their sum is pinned better than their
+    # half-widths added.
+    bo, b, o = by["backward+optimizer"], by["backward"], by["optimizer"]
+    half = lambda p: 0.5 * (p.energy_hi_j - p.energy_lo_j)  # noqa: E731
+    assert half(bo) < half(b) + half(o)
+
+
+def test_asking_for_a_group_changes_no_other_row():
+    plain, _ = _fit()
+    asked, _ = _fit(["forward+ema"])
+    rows = [p for p in asked.phases if p.phase != "forward+ema"]
+    assert rows == plain.phases
+    assert [p.phase for p in asked.phases][-1] == "forward+ema"
+
+
+def test_a_group_the_fit_already_weighs_together_is_not_repeated():
+    # A 0.6 ms and a 0.5 ms phase that the fit cannot split get an automatic joint row; asking
+    # for the same pair (in either order) gives that row once.
+    phases = [
+        PhaseSpec("forward", 0.140, 480.0),
+        PhaseSpec("backward", 0.220, 600.0),
+        PhaseSpec("opt", 0.0006, 430.0),
+        PhaseSpec("ema", 0.0005, 520.0),
+    ]
+    run = simulate_training(phases, 120, span_noise_s=50e-6, seed=0)
+    samples = run.samples_frame()
+    tl = build_timeline(run.spans_frame(), samples["t_s"].min(), samples["t_s"].max())
+    res = attribute_regression(samples, tl, "gpu0", RegressionConfig(joint=("ema+opt",)))
+    assert [p.phase for p in res.phases if "+" in p.phase] == ["opt+ema"]
+
+
+def test_an_unknown_phase_is_named_with_the_runs_phases(tmp_path):
+    d = _write_run(tmp_path / "run", _sim()[0])
+    with pytest.raises(AttributionError, match="no phase 'fwd'.*forward"):
+        attribute(d, "regression", joint=["fwd+backward"])
+    with pytest.raises(AttributionError, match="fewer than two"):
+        attribute(d, "regression", joint=["forward"])
+
+
+def test_the_cli_says_what_was_wrong_in_one_line(tmp_path):
+    d = _write_run(tmp_path / "run", _sim()[0])
+    jp = [sys.executable, "-m", "jouleprof.cli.main", "attribute", str(d)]
+
+    def run(*args):
+        return subprocess.run([*jp, *args], capture_output=True, text=True, timeout=120)
+
+    for args, why in [
+        (["--joint", "forward"], "fewer than two phases"),
+        (["--joint", "fwd+backward"], "no phase 'fwd'"),
+        (["--joint", "forward+backward", "--method", "proportional"], "--joint weighs"),
+    ]:
+        r = run(*args)
+        assert r.returncode != 0 and why in r.stderr, (args, r.stderr)
+        assert "Traceback" not in r.stderr
+    r = run("--joint", "backward+optimizer")
+    assert r.returncode == 0, r.stderr
+    assert "backward+optimizer" in r.stdout
