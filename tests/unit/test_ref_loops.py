@@ -267,3 +267,34 @@ def test_closure_says_how_much_of_the_step_no_reference_prices_and_who_must_take
                           "regression", 10.0, 5.0)  # fmt: skip
     assert pd.isna(t.iloc[0].small_must_take_pct)
     assert clo.main(["/nonexistent/x", "--out", "/tmp/x.csv"]) == 2
+
+
+def test_a_pairs_references_price_what_the_two_share():
+    jr = _mod("joint_rows_check")
+    cols = ["phase", "occ_per_step", "ref_j", "ref_alone_j", "ref_added_j", "ref_removed_j"]
+    # A + B = 8 J alone; each saves 1 J more when left out (they share I = 1 J); the others:
+    # spin priced by its reference, tiny (off pace) by its "step less it" one
+    rows = pd.DataFrame([
+        ("gemm", 1.0, 6.0, 6.0, 6.1, 7.0),
+        ("copy", 1.0, 2.0, 2.0, 1.9, 3.0),
+        ("spin", 1.0, 0.5, 0.5, 0.6, None),
+        ("tiny", 2.0, None, 0.9, 0.3, 0.25),
+        ("gemm+copy", 1.0, None, None, None, None),
+    ], columns=cols)  # fmt: skip
+    rec = {"plain_cycle_j": 10.0, "gap_at_idle_j": 0.0}
+    r = jr.pair_references(rows, rec, ["gemm", "copy"])
+    assert r["sum_refs_j"] == 8.0 and r["sum_removed_j"] == 10.0 and r["midpoint_j"] == 9.0
+    assert r["closure_j"] == pytest.approx(10.0 - 0.5 - 2 * 0.25)  # the step less the others
+    assert "tiny: step less it" in r["others_priced_by"]
+    # without a "step less it" column (older runs): no bracket, the closure still
+    r = jr.pair_references(rows.drop(columns="ref_removed_j"), rec, ["gemm", "copy"])
+    assert r["sum_removed_j"] is None and r["midpoint_j"] is None
+    assert r["closure_j"] == pytest.approx(10.0 - 0.5 - 2 * 0.9)  # tiny: max(alone, added)
+    # a member the run does not have: nothing
+    assert jr.pair_references(rows, rec, ["gemm", "nope"])["closure_j"] is None
+    # a loop that repeats the copy 1.5 times a step: each repeat at the copy's reference, in
+    # the closure and in both ends of the bracket (the repeats share nothing with the GEMM)
+    rep = rows.assign(occ_per_step=[1.0, 1.5, 1.0, 2.0, 1.0])
+    r = jr.pair_references(rep, rec, ["gemm", "copy"])
+    assert r["repeats_j"] == 1.0 and r["closure_j"] == pytest.approx(9.0 + 1.0)
+    assert (r["sum_refs_j"], r["sum_removed_j"], r["midpoint_j"]) == (9.0, 11.0, 10.0)
