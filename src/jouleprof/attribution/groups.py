@@ -62,7 +62,7 @@ def check_members(groups: Sequence[tuple[str, ...]], phases: Iterable[str]) -> N
         for m in g:
             if m not in known:
                 raise AttributionError(
-                    f"--joint {SEP.join(g)}: the run has no phase {m!r}; its phases are "
+                    f"joint group {SEP.join(g)}: the run has no phase {m!r}; its phases are "
                     f"{', '.join(known)}"
                 )
 

@@ -233,9 +233,9 @@ class RegressionConfig:
         ):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be ≥ 0, got {getattr(self, name)}")
-        from jouleprof.attribution.groups import parse_groups
+        from jouleprof.attribution.groups import SEP, parse_groups
 
-        object.__setattr__(self, "joint", tuple("+".join(g) for g in parse_groups(self.joint)))
+        object.__setattr__(self, "joint", tuple(SEP.join(g) for g in parse_groups(self.joint)))
         check_kernel(self.instant_kernel)
         check_kernel(self.buffer_kernel, "buffer_kernel")
         if self.n_boot < 200:
