@@ -14,7 +14,8 @@ Per loop (benchmarks/ref_loops_defs.py; `--loops` picks some):
    - alone:X: phase X replayed back to back (after the phases it needs ran once);
    - added:X: the step with each occurrence of X run k+1 times (k sized so the extra work is
      ~40 % of the step; 1 for a long phase);
-   - removed:X, for the loop's `removable` phases only: the step without X.
+   - removed:X, for the loop's `removable` phases only: the step without X; and removed:a+b
+     for its `removable_groups`, the step without both (the pair's own third reference).
    The energies are measured offline from samples.csv (benchmarks/ref_loops_eval.py): alone:X
    gives E/n per call, added:X gives (E_added/n − E_plain/n)/(k·occ) per occurrence, and
    removed:X (E_plain/n − E_removed/n)/occ: X at the step's own pace, with what it does to
@@ -193,15 +194,16 @@ def added_k(name: str, times: dict, flat: list[str]) -> int:
 
 
 def _run_cycle(
-    loop: Loop, rec, steps, extra: dict[str, int] | None = None, skip: str | None = None
+    loop: Loop, rec, steps, extra: dict[str, int] | None = None, skip: str | set | None = None
 ) -> None:
     """One cycle of the replica, each step recorded; phases in `extra` run k more times, the
-    phase `skip` not at all."""
+    phase `skip` (or each phase of a set) not at all."""
     extra = extra or {}
+    skip = {skip} if isinstance(skip, str) else set(skip or ())
     for phases in steps:
         with rec.step():
             for name, call in phases:
-                if name == skip:
+                if name in skip:
                     continue
                 k = extra.get(name, 0)
                 with rec.phase(name):
@@ -285,6 +287,16 @@ def run_references(
             )  # fmt: skip
             loop.reset()
             put("removed", name, 0, n, occ, t0, t1)
+    for group in loop.removable_groups:
+        if time.perf_counter() + 2 * (ref_s + warm_s + 0.4) > deadline:
+            loop.info["references_cut"] = f"budget: no references from {group!r} on"
+            break
+        members = set(group.split("+"))
+        n, t0, t1 = _window(
+            loop, m.clock, lambda g=members: _run_cycle(loop, rec, steps, skip=g), ref_s, warm_s
+        )
+        loop.reset()
+        put("removed", group, 0, n, 1, t0, t1)
     n, t0, t1 = _window(loop, m.clock, lambda: _run_cycle(loop, rec, steps), ref_s, warm_s)
     put("plain", "", 0, n, 0, t0, t1)
     return rows
@@ -417,7 +429,7 @@ def _reserve_s(name: str, ref_s: float, smoke: bool, references: bool = True) ->
     build = {"hf_bert": 12.0, "pl_resnet50": 12.0, "vit_accum": 8.0}.get(base, 5.0)
     if not references:
         return build + 5.0
-    removed = len(LOOPS[base].removable) if base in LOOPS else 0
+    removed = len(LOOPS[base].removable) + len(LOOPS[base].removable_groups) if base in LOOPS else 0
     windows = 2 + 2 * n_phases.get(base, 4) + removed
     return build + 8.0 + 1.5 + windows * (ref_s + 0.3 + 0.3 + 0.2)
 

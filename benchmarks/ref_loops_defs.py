@@ -46,6 +46,10 @@ class Loop:
     """Phases the step can run without, the others unchanged (none takes its input from them):
     each gets a third reference, `removed:X`, the step less the step without X, priced at the
     step's own pace and with X's effect on its neighbours (benchmarks/ref_loops.py)."""
+    removable_groups: tuple[str, ...] = ()
+    """Groups of removable phases ("a+b") the step also runs without, all at once: the pair's
+    own third reference, `removed:a+b`, for the row that weighs them together (`--joint a+b`);
+    where the phases share energy, the members' own `removed` references count it once each."""
 
     def __init__(self, device: str, smoke: bool) -> None:
         import torch
@@ -151,6 +155,7 @@ class User4(Loop):
     target_ms = {"gemm": 29.0, "copy": 15.0, "spin": 6.0}
     replayable = ("copy",)  # idempotent kernels; the copy is what repetition is tried on
     removable = ("gemm", "copy", "spin", "tiny")  # no phase reads another's output
+    removable_groups = ("gemm+copy",)  # the two that share energy (ref_loops/joint_rows)
 
     def build(self) -> None:
         torch = self.torch

@@ -80,10 +80,14 @@ def occurrences(fine_dir: Path, res) -> dict[str, int]:
     return {str(k): int(v) for k, v in s.groupby("phase").size().items()}
 
 
-def _attribute(fine_dir: Path, method: str, device: str):
+def _attribute(fine_dir: Path, method: str, device: str, groups: tuple[str, ...] = ()):
+    """The fine run attributed by `method` (a regression variant: `VARIANTS`), the `groups`
+    the reference run left out at once weighed together (`--joint`)."""
     from jouleprof.attribution.api import attribute
 
     opts = dict(VARIANTS.get(method, {}))
+    if groups and method.startswith("regression"):
+        opts["joint"] = groups
     if method.startswith("regression") and device == "sim0":
         opts["bins"] = False  # simulated phases draw flat power
     base = "regression" if method.startswith("regression") else method
@@ -170,8 +174,10 @@ def phase_rows(
             "ref_alone_j": _sum([r.alone_j for r in ref]) if all(ref) else None,
             "ref_added_j": _sum([r.added_j for r in ref]) if all(ref) else None,
             "ref_added_ms": _sum([r.added_ms for r in ref]) if all(ref) else None,
-            "ref_removed_j": _sum([r.removed_j for r in ref]) if all(ref) else None,
-            "ref_removed_ms": _sum([r.removed_ms for r in ref]) if all(ref) else None,
+            # A joint row's own "step less it" is the step less all its members at once
+            # (`removed_groups`); the members' summed would count what they share twice.
+            "ref_removed_j": _removed_of(ref, parts, refs, 0),
+            "ref_removed_ms": _removed_of(ref, parts, refs, 3),
             "ref_diff_pct": ref[0].diff_pct if len(ref) == 1 and ref[0] else None,
             "near_limit": any(r.near_limit for r in ref if r),
             "max_read_w": max((r.max_read_w or 0) for r in ref if r) if any(ref) else None,
@@ -197,6 +203,14 @@ def phase_rows(
             rhi = _sum([r.ref_hi_j for r in ref]) if all(ref) else None
             if rlo is not None and rhi is not None:
                 row["overlaps_ref_bound"] = bool(row["lo_j"] <= rhi and rlo <= row["hi_j"])
+        if len(parts) > 1 and row["ref_removed_j"] is not None and n_occ:
+            # the group was left out of the plain step, which runs each member once; where the
+            # loop repeats a member, its repeats (after itself) count at its reference
+            more = [(occ.get(q, 0) / n_occ - 1.0, r) for q, r in zip(parts, ref, strict=True)]
+            if any(k > 0 and (r is None or r.ref_j is None) for k, r in more):
+                row["ref_removed_j"] = None
+            else:
+                row["ref_removed_j"] += sum(k * r.ref_j for k, r in more if k > 0)
         removed = row["ref_removed_j"]
         if row["estimate_j"] is not None and removed:  # the third way, where measured
             row["removed_error_pct"] = 100 * (row["estimate_j"] - removed) / removed
@@ -214,6 +228,18 @@ def phase_rows(
             row["not_by_steps"] = not_by_steps(u)
         rows.append(row)
     return rows
+
+
+def _removed_of(ref, parts: list[str], refs: dict, i: int) -> float | None:
+    """A row's "step less it" reference (i = 0: J, 3: ms, per occurrence): a phase's own, or for
+    a joint row the group's measured removal, in either member order; None where not made."""
+    if len(parts) == 1:
+        r = ref[0]
+        return None if r is None else (r.removed_j, None, None, r.removed_ms)[i]
+    for name, got in (refs.get("removed_groups") or {}).items():
+        if set(name.split("+")) == set(parts) and got[0] is not None:
+            return got[i]
+    return None
 
 
 def _sum(values):
@@ -272,9 +298,10 @@ def evaluate(
                 ref_cache[ref_dir] = references(ref_dir, limit)
             refs = ref_cache[ref_dir]
             dev = _fine_device(d / "fine")
+            groups = tuple(refs.get("removed_groups") or ())
             loop_rows = []
             for method in methods:
-                res = _attribute(d / "fine", method, dev)
+                res = _attribute(d / "fine", method, dev, groups)
                 occ = occurrences(d / "fine", res)
                 truth = _sim_truth(d / "fine")
                 loop_rows += phase_rows(name, method, res, occ, refs, target_pct / 100, truth)

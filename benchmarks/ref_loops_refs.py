@@ -11,7 +11,9 @@ functions of recorded data:
 - removed (a third way, where the loop can run its step without X): the plain step against
           the step without X, (E_plain / cycles − E_removed / cycles) / occurrences: X at the
           step's pace, with what X does to its neighbours (a copy after a GEMM draws more than
-          a copy after a copy), which neither of the other two prices.
+          a copy after a copy), which neither of the other two prices. A group "a+b" left out
+          at once (`removed_groups`: (J, lo, hi, ms) per cycle) prices the pair's joint row
+          with what the two share counted once; the members' own counts it once each.
 
 Both include the board's idle power over the phase's time, as an attributed phase energy does.
 They agree where a phase costs the same alone as in its step. They can differ where the power
@@ -250,6 +252,12 @@ def references(ref_dir: Path, power_limit_w: float | None) -> dict:
             max_w, near, rj, rlo, rhi, src, note, added_ms, added_ms_hw,
             *_removed(wins, phase, plain_j, drift_j + _plain_halfwidth(plain), plain_ms),
         )  # fmt: skip
+    removed_kinds = wins.loc[wins["kind"] == "removed", "phase"].astype(str)
+    groups = {
+        g: _removed(wins, g, plain_j, drift_j + _plain_halfwidth(plain), plain_ms)
+        for g in dict.fromkeys(removed_kinds)
+        if "+" in g
+    }
     return {
         "device": dev,
         "idle_w": idle_w,
@@ -257,6 +265,7 @@ def references(ref_dir: Path, power_limit_w: float | None) -> dict:
         "plain_cycle_ms": plain_ms,
         "plain_drift_j": drift_j,
         "phases": out,
+        "removed_groups": groups,
     }
 
 

@@ -45,6 +45,8 @@ class SimLoop:
     between_ms: float = 0.0
     """Idle time between steps (a data-bound loop)."""
     notes: dict = field(default_factory=dict)
+    removable_groups: tuple[str, ...] = ()
+    """Groups the reference run also leaves out all at once (`Loop.removable_groups`)."""
 
 
 SIM_LOOPS: dict[str, SimLoop] = {
@@ -56,6 +58,7 @@ SIM_LOOPS: dict[str, SimLoop] = {
             _phase("spin", 6.0, 160.0),
             _phase("tiny", 1.0, 230.0),
         ),
+        removable_groups=("gemm+copy",),
     ),  # fmt: skip
     "bert_like": SimLoop(
         "bert_like",
@@ -212,10 +215,11 @@ def write_ref(loop: SimLoop, path: Path, ref_s: float = 2.5, seed: int = 0) -> l
                              strict=True)))  # fmt: skip
         drv.idle(0.3)
 
-    def step(extra=None, skip=None):
+    def step(extra=None, skip=()):
+        skip = {skip} if isinstance(skip, str) else set(skip)
         with recorder.step():
             for ph in loop.phases:
-                if ph.name == skip:
+                if ph.name in skip:
                     continue
                 with recorder.phase(ph.name):
                     for _ in range(1 + (extra or {}).get(ph.name, 0)):
@@ -237,6 +241,8 @@ def write_ref(loop: SimLoop, path: Path, ref_s: float = 2.5, seed: int = 0) -> l
         k = max(1, min(16, round(0.4 * cycle_ms / (1e3 * ph.duration_s))))
         window("added", ph.name, k, lambda ph=ph, k=k: step({ph.name: k}))
         window("removed", ph.name, 0, lambda ph=ph: step(skip=ph.name))
+    for group in loop.removable_groups:
+        window("removed", group, 0, lambda g=group: step(skip=set(g.split("+"))))
     window("plain", "", 0, step)
     recorder.close()
     _sample(drv, rd, seed + 7, buffer=True)

@@ -44,9 +44,15 @@ def test_smoke_run_packs_a_loop_and_the_evaluation_reads_it(tmp_path, monkeypatc
     assert {"gemm", "copy", "spin", "tiny"} <= set(table["phase"])
     wins = pd.read_csv(tmp_path / "ev" / "unpacked" / "loops/user4/ref/ref_windows.csv")
     assert list(wins["kind"]).count("plain") == 2 and (wins["kind"] == "idle").sum() == 1
-    for kind in ("alone", "added", "removed"):  # user4's phases can each be left out
+    for kind in ("alone", "added"):
         assert set(wins.loc[wins["kind"] == kind, "phase"]) == {"gemm", "copy", "spin", "tiny"}
+    # user4's phases can each be left out, and its GEMM and copy together
+    assert set(wins.loc[wins["kind"] == "removed", "phase"]) == {
+        "gemm", "copy", "spin", "tiny", "gemm+copy"}  # fmt: skip
     assert table["ref_removed_j"].notna().any()
+    # the pair the reference run left out is weighed together, priced by that window
+    pair = table[(table["method"] == "regression") & (table["phase"] == "gemm+copy")]
+    assert len(pair) == 1 and pair["ref_removed_j"].notna().all()
     assert (tmp_path / "ev" / "ref_loops_eval.md").read_text().count("| user4 |") >= 8
 
 
@@ -99,6 +105,12 @@ def test_the_two_references_agree_with_the_simulated_truth(tmp_path):
         assert r.removed_lo_j <= truth <= r.removed_hi_j, (ph.name, r)
         assert abs(r.removed_j - truth) < 0.03 * truth + 0.05, (ph.name, r.removed_j, truth)
         assert abs(r.removed_ms - 1e3 * ph.duration_s) < 0.02 * 1e3 * ph.duration_s + 0.1
+    # the GEMM and the copy left out at once: the pair (the simulator's phases share nothing)
+    e, lo, hi, ms = got["removed_groups"]["gemm+copy"]
+    by = {ph.name: ph for ph in loop.phases}
+    truth = sum(by[n].power_w * by[n].duration_s for n in ("gemm", "copy"))
+    assert lo <= truth <= hi and abs(e - truth) < 0.03 * truth, (e, lo, hi, truth)
+    assert abs(ms - 1e3 * (by["gemm"].duration_s + by["copy"].duration_s)) < 1.0
 
 
 def test_target_check():
