@@ -130,3 +130,10 @@ def test_excitation_resolves_a_phase_a_fixed_schedule_leaves_unresolved(tmp_path
     assert abs(extra_ms - gap_ms) < 0.15 * gap_ms + 0.2
     assert cost["step_j_excited"] > cost["step_j_plain"]
     assert 0 < cost["run_time_overhead_pct"] < 5
+    # attribute reports it: in the diagnostics and in a note; a plain run says nothing of it
+    assert excited.diagnostics["excitation_cost"] == cost
+    (line,) = [n for n in excited.notes if n.startswith("excitation cost:")]
+    assert f"{cost['n_excited']} of {cost['n_excited'] + cost['n_plain']}" in line
+    assert f"{cost['run_time_overhead_pct']:+.2f} % time" in line
+    assert "excitation_cost" not in plain.diagnostics
+    assert not [n for n in plain.notes if "cost:" in n]

@@ -350,3 +350,24 @@ def test_the_rule_spans_both_fits_where_it_leaves_the_buffer_rows_out():
     assert "buffer_rows_left_out" in res.diagnostics
     assert (copy.energy_j, copy.energy_lo_j, copy.energy_hi_j) == pytest.approx((100, 90, 140))
     assert res.diagnostics["buffer_rows_check"]["copy"]["spanned"]
+
+
+def test_what_repetition_cost_is_counted_on_the_drawn_steps_and_said_in_one_line():
+    from types import SimpleNamespace
+
+    from jouleprof.attribution.excitation import cost_note, overhead
+
+    spans = _spans(50, {3, 7, 40})
+    power = {"copy": 400.0, "gemm": 800.0}
+    res = SimpleNamespace(warmup_steps=0, n_steps=50, phases=[],
+                          diagnostics={"fitted_power_w": power})  # fmt: skip
+    cost = overhead(spans, res, set(repeated_steps(spans, ["copy"], range(50))))
+    assert (cost["n_excited"], cost["n_plain"]) == (3, 47)
+    # each drawn step runs one more 10 ms copy at 400 W: +10 ms (+33 %), +4 J on 12 J
+    assert cost["step_ms_excited"] - cost["step_ms_plain"] == pytest.approx(10.0)
+    assert cost["step_j_excited"] - cost["step_j_plain"] == pytest.approx(4.0)
+    assert cost["run_time_overhead_pct"] == pytest.approx(100 * 3 / 50 * 10 / 30)
+    line = cost_note(cost, "repeating copy")
+    assert line.startswith("repeating copy cost: 3 of 50 analysed steps drawn, each +10.00 ms")
+    assert "+33.3 %" in line and "+2.00 % time" in line
+    assert cost_note(overhead(spans, res, set()), "repeating copy") is None  # none drawn

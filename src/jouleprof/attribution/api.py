@@ -106,6 +106,28 @@ def _regression(samples, tl, dev: str, cfg, buffer, spans, extra, timeline_of) -
     return fit_with_rule(fit, fit_relabelled, cfg, buffer, extra, spans, tl.analysed_steps)
 
 
+def _note_costs(res: DeviceAttribution, spans, extra: dict[str, Any]) -> None:
+    """What the run's opt-in variations of the step cost (excitation gaps, phase repetition),
+    excited steps against plain ones (`attribution.excitation.overhead`): in the diagnostics
+    (`excitation_cost`, `repeat_cost`) and as a note."""
+    from jouleprof.attribution.excitation import cost_note, overhead
+    from jouleprof.attribution.repeat_rule import repeated_steps, replayed_phases
+    from jouleprof.timeline.excite import GAP_PHASE
+
+    if (spans["phase"].astype(str) == GAP_PHASE).any():
+        cost = overhead(spans, res)
+        res.diagnostics["excitation_cost"] = cost
+        if line := cost_note(cost, "excitation"):
+            res.notes.append(line)
+    replayed = replayed_phases(extra)
+    if replayed:
+        drawn = set(repeated_steps(spans, replayed, spans["step"].unique()))
+        cost = overhead(spans, res, drawn)
+        res.diagnostics["repeat_cost"] = cost
+        if line := cost_note(cost, f"repeating {', '.join(replayed)}"):
+            res.notes.append(line)
+
+
 def _devices(samples, device: str | None) -> list[str]:
     have = sorted(samples["device"].astype(str).unique())
     if not have:
@@ -198,6 +220,7 @@ def _attribute(run_dir, method: str, device, warmup_steps, gap_s: float, cfg) ->
                 return build_timeline(other, float(t.min()), float(t.max()), n_warm, gap_s)
 
             out.append(_regression(samples, tl, dev, cfg, buffer, spans, extra, timeline_of))
+            _note_costs(out[-1], spans, extra)
             # An unresolved phase says how many steps would resolve it.
             annotate(out[-1], min_rows=cfg.min_rows if cfg is not None else 20)
         else:

@@ -34,13 +34,18 @@ def _step_table(spans, steps) -> tuple[dict[int, float], dict[int, dict[str, flo
     return {int(k): float(v) for k, v in time_s.items()}, per
 
 
-def overhead(spans, res: Any) -> dict[str, Any]:
+def overhead(spans, res: Any, drawn: set[int] | None = None) -> dict[str, Any]:
     """Excitation's cost in the analysed steps of `res` (a DeviceAttribution of the run whose
-    spans.csv is `spans`): per excited step and over the run, in time and energy."""
+    spans.csv is `spans`): per excited step and over the run, in time and energy. `drawn`: the
+    steps to count as excited (default: those holding an excitation gap; `replayed_steps` for
+    a run that repeated phases)."""
     steps = sorted(int(x) for x in spans["step"].unique())
     used = steps[res.warmup_steps : res.warmup_steps + res.n_steps]
     time_s, per = _step_table(spans, used)
-    excited = [s for s in used if GAP_PHASE in per.get(s, {})]
+    if drawn is None:
+        excited = [s for s in used if GAP_PHASE in per.get(s, {})]
+    else:
+        excited = [s for s in used if s in drawn]
     plain = [s for s in used if s not in set(excited)]
     out: dict[str, Any] = {
         "n_excited": len(excited),
@@ -54,7 +59,7 @@ def overhead(spans, res: Any) -> dict[str, Any]:
     for p in res.phases:
         if p.phase not in power and p.mean_power_w is not None:
             power[p.phase] = p.mean_power_w
-    gap_j = [per[s][GAP_PHASE] * power.get(GAP_PHASE, np.nan) for s in excited]
+    gap_j = [per[s].get(GAP_PHASE, 0.0) * power.get(GAP_PHASE, np.nan) for s in excited]
 
     def energy(s: int) -> float:
         tracked = sum(per[s].values())
@@ -69,8 +74,8 @@ def overhead(spans, res: Any) -> dict[str, Any]:
     out.update(
         step_ms_plain=1e3 * t_p,
         step_ms_excited=1e3 * t_x,
-        gap_ms_per_excited_step=1e3 * float(np.mean([per[s][GAP_PHASE] for s in excited])),
-        gap_j_per_excited_step=float(np.mean(gap_j)),
+        gap_ms_per_excited_step=1e3 * float(np.mean([per[s].get(GAP_PHASE, 0.0) for s in excited])),
+        gap_j_per_excited_step=float(np.mean(gap_j)) if drawn is None else None,
         time_overhead_pct_per_excited_step=100 * (t_x - t_p) / t_p,
         step_j_plain=e_p,
         step_j_excited=e_x,
@@ -80,3 +85,22 @@ def overhead(spans, res: Any) -> dict[str, Any]:
         run_energy_overhead_pct=100 * frac * (e_x - e_p) / e_p if e_p else None,
     )
     return out
+
+
+def cost_note(cost: dict[str, Any], what: str) -> str | None:
+    """One line for the run's notes: what `what` ("excitation", "phase repetition") cost, from
+    `overhead`'s record; None where nothing was excited or compared."""
+    if "run_time_overhead_pct" not in cost:
+        return None
+    e_step = cost.get("energy_overhead_pct_per_excited_step")
+    e_run = cost.get("run_energy_overhead_pct")
+    energy = (
+        f", {e_step:+.1f} % energy (fitted)" if e_step is not None and np.isfinite(e_step) else ""
+    )
+    run_e = f", {e_run:+.2f} % energy" if e_run is not None and np.isfinite(e_run) else ""
+    return (
+        f"{what} cost: {cost['n_excited']} of {cost['n_excited'] + cost['n_plain']} analysed "
+        f"steps drawn, each {cost['step_ms_excited'] - cost['step_ms_plain']:+.2f} ms "
+        f"({cost['time_overhead_pct_per_excited_step']:+.1f} %){energy} against the plain "
+        f"steps; over the run {cost['run_time_overhead_pct']:+.2f} % time{run_e}"
+    )
