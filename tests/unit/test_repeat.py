@@ -368,6 +368,9 @@ def test_what_repetition_cost_is_counted_on_the_drawn_steps_and_said_in_one_line
     assert cost["step_j_excited"] - cost["step_j_plain"] == pytest.approx(4.0)
     assert cost["run_time_overhead_pct"] == pytest.approx(100 * 3 / 50 * 10 / 30)
     line = cost_note(cost, "repeating copy")
-    assert line.startswith("repeating copy cost: 3 of 50 analysed steps drawn, each +10.00 ms")
+    # every step alike here: the difference is known exactly (±0.00)
+    assert line.startswith(
+        "repeating copy cost: 3 of 50 analysed steps drawn, each +10.00 ±0.00 ms"
+    )
     assert "+33.3 %" in line and "+2.00 % time" in line
     assert cost_note(overhead(spans, res, set()), "repeating copy") is None  # none drawn

@@ -114,17 +114,19 @@ def _note_costs(res: DeviceAttribution, spans, extra: dict[str, Any]) -> None:
     from jouleprof.attribution.repeat_rule import repeated_steps, replayed_phases
     from jouleprof.timeline.excite import GAP_PHASE
 
+    costs = []
     if (spans["phase"].astype(str) == GAP_PHASE).any():
-        cost = overhead(spans, res)
-        res.diagnostics["excitation_cost"] = cost
-        if line := cost_note(cost, "excitation"):
-            res.notes.append(line)
+        costs.append(("excitation_cost", "excitation", overhead(spans, res)))
     replayed = replayed_phases(extra)
     if replayed:
         drawn = set(repeated_steps(spans, replayed, spans["step"].unique()))
-        cost = overhead(spans, res, drawn)
-        res.diagnostics["repeat_cost"] = cost
-        if line := cost_note(cost, f"repeating {', '.join(replayed)}"):
+        costs.append(
+            ("repeat_cost", f"repeating {', '.join(replayed)}", overhead(spans, res, drawn))
+        )
+    for key, what, cost in costs:
+        res.diagnostics[key] = cost
+        if line := cost_note(cost, what):
+            cost["line"] = line
             res.notes.append(line)
 
 

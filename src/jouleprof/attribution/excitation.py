@@ -66,11 +66,16 @@ def overhead(spans, res: Any, drawn: set[int] | None = None) -> dict[str, Any]:
         e = sum(t * power.get(ph, np.nan) for ph, t in per[s].items())
         return e + max(time_s[s] - tracked, 0.0) * power.get("untracked", 0.0)
 
-    t_x = float(np.mean([time_s[s] for s in excited]))
-    t_p = float(np.mean([time_s[s] for s in plain]))
-    e_x = float(np.mean([energy(s) for s in excited]))
-    e_p = float(np.mean([energy(s) for s in plain]))
+    tx, tp = np.array([time_s[s] for s in excited]), np.array([time_s[s] for s in plain])
+    ex, ep = np.array([energy(s) for s in excited]), np.array([energy(s) for s in plain])
+    t_x, t_p, e_x, e_p = (float(np.mean(a)) for a in (tx, tp, ex, ep))
     frac = len(excited) / len(used)
+    out.update(
+        # 95 % half-widths of the differences (normal, unequal variances): steps that vary by
+        # themselves (a data-bound step) can hide what the variation costs
+        step_ms_diff_hw=1e3 * _diff_hw(tx, tp),
+        step_j_diff_hw=_diff_hw(ex, ep),
+    )
     out.update(
         step_ms_plain=1e3 * t_p,
         step_ms_excited=1e3 * t_x,
@@ -87,6 +92,13 @@ def overhead(spans, res: Any, drawn: set[int] | None = None) -> dict[str, Any]:
     return out
 
 
+def _diff_hw(a: np.ndarray, b: np.ndarray) -> float:
+    """1.96 × the standard error of mean(a) − mean(b) (NaN where either has one value)."""
+    if len(a) < 2 or len(b) < 2:
+        return float("nan")
+    return 1.96 * float(np.sqrt(np.var(a, ddof=1) / len(a) + np.var(b, ddof=1) / len(b)))
+
+
 def cost_note(cost: dict[str, Any], what: str) -> str | None:
     """One line for the run's notes: what `what` ("excitation", "phase repetition") cost, from
     `overhead`'s record; None where nothing was excited or compared."""
@@ -94,13 +106,37 @@ def cost_note(cost: dict[str, Any], what: str) -> str | None:
         return None
     e_step = cost.get("energy_overhead_pct_per_excited_step")
     e_run = cost.get("run_energy_overhead_pct")
+
+    def pm(hw: float | None, scale: float = 1.0, digits: int = 2) -> str:
+        return f" ±{scale * hw:.{digits}f}" if hw is not None and np.isfinite(hw) else ""
+
+    e_p = cost.get("step_j_plain")
+    e_hw = cost.get("step_j_diff_hw")
     energy = (
-        f", {e_step:+.1f} % energy (fitted)" if e_step is not None and np.isfinite(e_step) else ""
+        f", {e_step:+.1f}{pm(e_hw, 100 / e_p, 1)} % energy (fitted)"
+        if e_step is not None and np.isfinite(e_step) and e_p
+        else ""
     )
     run_e = f", {e_run:+.2f} % energy" if e_run is not None and np.isfinite(e_run) else ""
     return (
         f"{what} cost: {cost['n_excited']} of {cost['n_excited'] + cost['n_plain']} analysed "
-        f"steps drawn, each {cost['step_ms_excited'] - cost['step_ms_plain']:+.2f} ms "
+        f"steps drawn, each {cost['step_ms_excited'] - cost['step_ms_plain']:+.2f}"
+        f"{pm(cost.get('step_ms_diff_hw'))} ms "
         f"({cost['time_overhead_pct_per_excited_step']:+.1f} %){energy} against the plain "
-        f"steps; over the run {cost['run_time_overhead_pct']:+.2f} % time{run_e}"
+        f"steps (95 %); over the run {cost['run_time_overhead_pct']:+.2f} % time{run_e}"
     )
+
+
+COST_KEYS: tuple[str, ...] = ("excitation_cost", "repeat_cost")
+"""The diagnostics in which attribution records what the step's variations cost."""
+
+
+def cost_lines(result: Any) -> list[str]:
+    """The cost lines of an `AttributionResult`'s devices ("gpu0: excitation cost: ..."), for
+    a run's record and a terminal."""
+    return [
+        f"{d.device}: {d.diagnostics[k]['line']}"
+        for d in result.devices
+        for k in COST_KEYS
+        if "line" in (d.diagnostics.get(k) or {})
+    ]

@@ -40,8 +40,9 @@ class PhasePowers:
     """The assumed power of each phase on the simulated GPU.
 
     A phase takes the power of the first keyword its name contains (case-insensitive), else
-    `other_w`. The defaults are round figures near what phases of a large video transformer
-    drew when replayed alone on an H200: assumptions for the simulation, not measurements.
+    `other_w`; an excitation gap (`excite_gap`) the idle power. The defaults are round figures
+    near what phases of a large video transformer drew when replayed alone on an H200:
+    assumptions for the simulation, not measurements.
     """
 
     by_keyword_w: tuple[tuple[str, float], ...] = (
@@ -67,6 +68,10 @@ class PhasePowers:
             raise ValueError("other_w and idle_w must be ≥ 0 watts")
 
     def power_w(self, phase: str) -> float:
+        from jouleprof.timeline.excite import GAP_PHASE
+
+        if phase.rsplit("/", 1)[-1] == GAP_PHASE:  # a `sync` excitation gap idles the device
+            return self.idle_w
         name = phase.lower()
         for keyword, watts in self.by_keyword_w:
             if keyword in name:
@@ -236,6 +241,10 @@ def simulate_run(
         frames[method] = df
         rd.write_phases(df, f"phases_{method}.csv")
         status[method] = {"ok": True, "source": "simulated", "device": SIM_DEVICE}
+        from jouleprof.attribution.excitation import cost_lines
+
+        if lines := cost_lines(res):  # what the opt-in excitation or repetition cost
+            status[method]["costs"] = lines
     main = "regression" if "regression" in frames else next(iter(frames), None)
     if main is not None:
         rd.write_phases(frames[main])

@@ -67,6 +67,11 @@ class CellConfig:
     """Fine mode: > 0 replays each phase alone for this long (the attribution reference)."""
     isolation_repeats: int = 1
     """Rounds of the isolation replays, interleaved (`IsolationConfig.repeats`)."""
+    excite: bool = False
+    """Fine mode: opt-in excitation (`timeline.excite.ExciteConfig`'s defaults: sync gaps of
+    0.5-5 ms before the top-level phases of 25 % of the steps in the first 30 s), so that
+    phases a fixed schedule leaves collinear can be told apart; attribution reports its
+    cost (docs/excitation.md)."""
     fixed_batch: bool = False
     """Train the measured segment on one batch over and over (identical work every step), for
     attribution benchmarks: a workload whose steps vary (V-JEPA2's masks change the context
@@ -102,8 +107,8 @@ class CellConfig:
             raise ValueError(f"isolation_s must be ≥ 0, got {self.isolation_s}")
         if self.isolation_repeats < 1:
             raise ValueError(f"isolation_repeats must be ≥ 1, got {self.isolation_repeats}")
-        if self.mode != "fine" and (self.overhead_pairs or self.isolation_s):
-            raise ValueError("overhead_pairs and isolation_s need mode 'fine'")
+        if self.mode != "fine" and (self.overhead_pairs or self.isolation_s or self.excite):
+            raise ValueError("overhead_pairs, isolation_s and excite need mode 'fine'")
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -282,9 +287,16 @@ def _train(cfg: CellConfig, wl, wconfig, m, steps_log: _StepLog) -> None:
 
     recorder = None
     if cfg.mode == "fine":
+        from jouleprof.timeline.excite import ExciteConfig
         from jouleprof.timeline.recorder import PhaseRecorder
 
-        recorder = PhaseRecorder(m.clock, m.span_writer(), device=wl.device(), record=rec)
+        recorder = PhaseRecorder(
+            m.clock,
+            m.span_writer(),
+            device=wl.device(),
+            record=rec,
+            excite=ExciteConfig() if cfg.excite else None,
+        )
     marker = SwitchableMarker(recorder if recorder is not None else NullRecorder())
     session = wl.session(wconfig, marker, cfg.data)
     try:

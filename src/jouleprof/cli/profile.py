@@ -67,6 +67,14 @@ def profile_cmd(
             "methods against isolation replays of that batch."
         ),
     ] = False,
+    excite: Annotated[
+        bool,
+        typer.Option(
+            help="Fine mode: put short random gaps (0.5-5 ms) before the phases of 25 % of the "
+            "steps in the first 30 s, so that phases every step runs alike can be told apart; "
+            "attribution reports what they cost (docs/excitation.md)."
+        ),
+    ] = False,
     power_buffer: Annotated[
         bool | None,
         typer.Option(
@@ -166,6 +174,7 @@ def profile_cmd(
             isolation_s=isolation_s if fine else 0.0,
             isolation_repeats=isolation_repeats,
             fixed_batch=fixed_batch,
+            excite=excite,
             power_buffer=power_buffer,
             gpus=parse_gpus(gpus),
             overrides=overrides,
@@ -203,6 +212,8 @@ def profile_cmd(
     from jouleprof.cli.attribute import print_phases_file
 
     print_phases_file(path)
+    for line in ((rec.extra.get("attribution") or {}).get("regression") or {}).get("costs", []):
+        note(line)
     sim = rec.extra.get("simulated_gpu")
     if sim:
         err_console.print(f"[bold magenta]{escape(sim['note'])}[/]", highlight=False)
