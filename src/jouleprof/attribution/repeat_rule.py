@@ -129,9 +129,21 @@ def fit_with_rule(
     `fit(cfg, buffer)` fits the run's own spans; `fit_relabelled(spans, cfg, buffer)` fits it
     on other spans (the replays named apart)."""
     from jouleprof.attribution.repeat_check import with_replay_check
+    from jouleprof.attribution.shared_pairs import keep_shared, phases_before, with_pairs
 
+    steps = list(steps)
+    repeated = repetition(extra, spans, steps) is not None
+    # Each replayed phase weighed together with the one before it, kept where the replay
+    # check finds energy they share (`shared_pairs`).
+    pairs = (
+        phases_before(spans, replayed_phases(extra))
+        if repeated and cfg is not None and cfg.intervals
+        else {}
+    )
+    asked = cfg.joint if cfg is not None else ()
+    cfg = with_pairs(cfg, pairs) if pairs else cfg
     res, with_buffer = fits_with_rule(fit, cfg, buffer, extra, spans, steps)
-    if repetition(extra, spans, steps) is None:
+    if not repeated:
         return res
     left_out = with_buffer is not None
     c = cfg if cfg is None or not left_out else replace(cfg, use_buffer=False)
@@ -141,6 +153,8 @@ def fit_with_rule(
     )
     if left_out:
         span_both_fits(res, with_buffer)
+    if pairs:
+        keep_shared(res, pairs, asked)
     return res
 
 
