@@ -229,6 +229,7 @@ class profile:  # noqa: N801 - used as `with jouleprof.profile(...)`, like a fun
         """Regression, then proportional: phases_<method>.csv each, phases.csv the first that
         succeeds; run.json extra.attribution says what each did."""
         from jouleprof.attribution.api import attribute
+        from jouleprof.attribution.excitation import cost_lines
         from jouleprof.cli.console import note, working
 
         status: dict[str, Any] = {}
@@ -245,6 +246,8 @@ class profile:  # noqa: N801 - used as `with jouleprof.profile(...)`, like a fun
             df = res.to_frame()
             rd.write_phases(df, f"phases_{method}.csv")
             status[method] = {"ok": True}
+            if lines := cost_lines(res):  # what the excitation or the repeats cost
+                status[method]["costs"] = lines
             if chosen is None:
                 rd.write_phases(df)
                 chosen = method
@@ -262,7 +265,10 @@ class profile:  # noqa: N801 - used as `with jouleprof.profile(...)`, like a fun
         from jouleprof.store.rundir import RunDir
 
         print_phases_file(self.run_dir)
-        sim = RunDir(self.run_dir).read_record().extra.get("simulated_gpu")
+        rec = RunDir(self.run_dir).read_record()
+        for line in ((rec.extra.get("attribution") or {}).get("regression") or {}).get("costs", []):
+            note(line)
+        sim = rec.extra.get("simulated_gpu")
         if sim:
             err_console.print(f"[bold magenta]{escape(sim['note'])}[/]", highlight=False)
         note(f"run directory: {self.run_dir}")

@@ -138,3 +138,27 @@ def test_excitation_resolves_a_phase_a_fixed_schedule_leaves_unresolved(tmp_path
     assert f"{cost['run_time_overhead_pct']:+.2f} % time" in line
     assert "excitation_cost" not in plain.diagnostics
     assert not [n for n in plain.notes if "cost:" in n]
+
+
+def test_profile_on_a_cpu_keeps_and_prints_what_excitation_cost(tmp_path, capsys):
+    # A loop of sleeps, 300 steps of ~8 ms, a third of them excited: the simulated GPU is
+    # attributed on exit, and the cost line is kept in run.json and printed
+    import time
+
+    import jouleprof
+
+    out = tmp_path / "run"
+    cfg = ExciteConfig(fraction=0.3, window_s=60.0, seed=2)
+    with jouleprof.profile(out, excite=cfg) as prof:
+        for _ in range(300):
+            with prof.step():
+                with prof.phase("data"):
+                    time.sleep(0.003)
+                with prof.phase("forward"):
+                    time.sleep(0.004)
+                with prof.phase("optimizer"):
+                    time.sleep(0.001)
+    rec = json.loads((out / "run.json").read_text())
+    (line,) = rec["extra"]["attribution"]["regression"]["costs"]
+    assert line.startswith("sim0: excitation cost: ") and "% time" in line
+    assert "excitation cost: " in capsys.readouterr().err
