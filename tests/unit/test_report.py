@@ -500,3 +500,13 @@ def test_a_broken_study_json_is_named_by_both_study_readers(tmp_path):
     (tmp_path / "study.json").unlink()  # no study.json: the runs.csv is what is missing
     with pytest.raises(RunDirError, match="no runs.csv"):
         matrix_study.load(tmp_path)
+
+
+def test_a_cells_attribution_records_which_model_each_device_came_from(tmp_path):
+    # finish_cell keeps, beside each method's status, the regression's model and bins choices
+    # per device, whether or not the run excited its steps (none here: no cost line either)
+    write_sim_cell(tmp_path / "cell", 4, steps=60)
+    st = json.loads((tmp_path / "cell" / "run.json").read_text())["extra"]["attribution"]
+    reg = st["regression"]
+    assert reg["ok"] and set(reg["model"]) == {"gpu0"} and set(reg["bins"]) == {"gpu0"}
+    assert "costs" not in reg and "model" not in st["proportional"]

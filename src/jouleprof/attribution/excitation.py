@@ -37,8 +37,8 @@ def _step_table(spans, steps) -> tuple[dict[int, float], dict[int, dict[str, flo
 def overhead(spans, res: Any, drawn: set[int] | None = None) -> dict[str, Any]:
     """Excitation's cost in the analysed steps of `res` (a DeviceAttribution of the run whose
     spans.csv is `spans`): per excited step and over the run, in time and energy. `drawn`: the
-    steps to count as excited (default: those holding an excitation gap; `replayed_steps` for
-    a run that repeated phases)."""
+    steps to count as excited (default: those holding an excitation gap;
+    `repeat_rule.repeated_steps` for a run that repeated phases)."""
     steps = sorted(int(x) for x in spans["step"].unique())
     used = steps[res.warmup_steps : res.warmup_steps + res.n_steps]
     time_s, per = _step_table(spans, used)

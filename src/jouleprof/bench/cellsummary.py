@@ -186,12 +186,12 @@ def attribute_cell(rd: RunDir) -> dict[str, Any]:
         df = res.to_frame()
         rd.write_phases(df, f"phases_{method}.csv")
         status[method] = {"ok": True}
-        if method == "regression":
-            rd.write_phases(df)  # phases.csv is the regression's
         from jouleprof.attribution.excitation import cost_lines
 
         if lines := cost_lines(res):  # what the opt-in excitation or repetition cost
             status[method]["costs"] = lines
+        if method == "regression":
+            rd.write_phases(df)  # phases.csv is the regression's
             # Which model each device's figures come from (`attribution.regression_choice`).
             for key, diag in (("model", "stall_model_choice"), ("bins", "bins_choice")):
                 choices = {
