@@ -142,3 +142,20 @@ def test_the_cli_says_what_was_wrong_in_one_line(tmp_path):
     r = run("--joint", "backward+optimizer")
     assert r.returncode == 0, r.stderr
     assert "backward+optimizer" in r.stdout
+
+
+def test_a_long_group_name_takes_a_line_per_member_and_cuts_no_figure(tmp_path):
+    import os
+
+    d = _write_run(tmp_path / "run", _sim()[0])
+    r = subprocess.run(
+        [sys.executable, "-m", "jouleprof.cli.main", "attribute", str(d),
+         "--joint", "backward+optimizer+ema"],
+        capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "80"},
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    (i,) = [k for k, ln in enumerate(lines) if ln.strip().startswith("backward+ ")]
+    assert lines[i + 1].strip() == "optimizer+" and lines[i + 2].strip() == "ema"
+    assert " J " in lines[i] and "…" not in r.stdout
+    assert all(len(ln) <= 80 for ln in lines)

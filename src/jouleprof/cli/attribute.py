@@ -42,6 +42,16 @@ def _fmt(v: float | None, spec: str, dash: str = "—") -> str:
     return dash if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
 
 
+JOINT_NAME_MAX = 18
+"""A joint row's name longer than this is shown one member a line ("data+" over
+"forward/context"), so that the figures beside it fit 80 columns uncut."""
+
+
+def _label(name: str) -> str:
+    """A phase's name as the table shows it: a long joint name broken after each "+"."""
+    return name.replace("+", "+\n") if "+" in name and len(name) > JOINT_NAME_MAX else name
+
+
 def _table(
     phases: list[Any],
     title: str,
@@ -52,8 +62,9 @@ def _table(
     the step; with `truth` (a simulated run), each phase's true simulated energy per step.
 
     Fits 80 columns: phase names are never cut ("forward/target" and "forward/context" both
-    read whole), the interval's bounds are in phases.csv and --json, and why a phase is
-    unresolved is numbered under the table, each reason once.
+    read whole; a long joint row's name takes a line per member), the interval's bounds are
+    in phases.csv and --json, and why a phase is unresolved is numbered under the table, each
+    reason once.
     """
     from rich import box
     from rich.console import Group
@@ -66,7 +77,8 @@ def _table(
     t = Table(
         title=title + " · per step", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False
     )
-    longest = max((len(p.phase) for p in phases), default=5)
+    labels = {p.phase: _label(p.phase) for p in phases}
+    longest = max((len(ln) for v in labels.values() for ln in v.split("\n")), default=5)
     t.add_column("phase", no_wrap=True, min_width=longest)
     for col in ("time", "energy", level, "power", "share"):
         t.add_column(col, justify="right", no_wrap=True)
@@ -90,7 +102,7 @@ def _table(
         if truth is not None:
             tv = truth.get(p.phase)
             row.append(f"{tv / n:,.4g} J" if tv is not None else "—")
-        t.add_row(p.phase, f"{1e3 * p.time_per_step_s:,.4g} ms", *row)
+        t.add_row(labels[p.phase], f"{1e3 * p.time_per_step_s:,.4g} ms", *row)
     if not reasons:
         return t
     notes = [Text(f"[{i}] unresolved: {r}", style="yellow") for i, r in enumerate(reasons, 1)]
