@@ -67,6 +67,8 @@ def other_reference(row: pd.Series) -> tuple[float | None, str]:
 def pair_references(evals: pd.DataFrame, closure: dict, members: list[str]) -> dict:
     """The pair's references (module doc) from one loop's evaluation rows (one method, leaf
     phases) and its `ref_closure` record."""
+    from ref_loops_eval import repeats_at_reference
+
     leaf = evals[~evals["phase"].astype(str).str.contains("+", regex=False)]
     leaf = leaf.drop_duplicates("phase").set_index("phase")
     out: dict = {"closure_j": None, "sum_refs_j": None, "sum_removed_j": None,
@@ -79,10 +81,10 @@ def pair_references(evals: pd.DataFrame, closure: dict, members: list[str]) -> d
     if all(r is not None for r in refs):
         out["sum_refs_j"] = sum(r * o for r, o in zip(refs, occ, strict=True))
     if all(r is not None for r in removed) and all(r is not None for r in refs):
-        # each member left out once (what it shares counted with it), its repeats (after
-        # itself, sharing nothing with the other) at its reference
-        out["sum_removed_j"] = sum(removed) + sum(
-            (o - 1.0) * r for r, o in zip(refs, occ, strict=True) if o > 1.0
+        # each member left out once (what it shares counted with it), its repeats at its
+        # reference
+        out["sum_removed_j"] = sum(removed) + repeats_at_reference(
+            list(zip(occ, refs, strict=True))
         )
     if out["sum_refs_j"] is not None and out["sum_removed_j"] is not None:
         out["midpoint_j"] = 0.5 * (out["sum_refs_j"] + out["sum_removed_j"])
@@ -99,10 +101,10 @@ def pair_references(evals: pd.DataFrame, closure: dict, members: list[str]) -> d
     # The plain replayed step runs each member once; a loop that repeats a member runs it
     # occ times a step on average, the repeats right after itself, as when looped alone: each
     # repeat is priced at the member's reference.
-    pairs = list(zip(refs, occ, strict=True))
-    if plain is None or any(o > 1.0 and r is None for r, o in pairs):
+    repeats = repeats_at_reference(list(zip(occ, refs, strict=True)))
+    if plain is None or repeats is None:
         return out
-    out["repeats_j"] = sum((o - 1.0) * r for r, o in pairs if o > 1.0)
+    out["repeats_j"] = repeats
     gap = _num(closure.get("gap_at_idle_j")) or 0.0
     out["closure_j"] = plain - others - gap + out["repeats_j"]
     out["others_priced_by"] = "; ".join(how)

@@ -247,6 +247,14 @@ def run_references(
             w.writerow(rows[-1])
         m.clock.sleep_s(0.3)  # the next window's edge is not smeared by this one
 
+    def removed(label: str, skip: set[str], occ: int) -> None:
+        """The `removed` window of `label`: the step without the phases in `skip`."""
+        n, t0, t1 = _window(
+            loop, m.clock, lambda: _run_cycle(loop, rec, steps, skip=skip), ref_s, warm_s
+        )
+        loop.reset()
+        put("removed", label, 0, n, occ, t0, t1)
+
     loop.sync()
     t0 = m.clock.now_s()
     m.clock.sleep_s(min(1.5, ref_s))
@@ -281,22 +289,12 @@ def run_references(
         loop.reset()
         put("added", name, k, n, occ, t0, t1)
         if name in loop.removable:
-            n, t0, t1 = _window(
-                loop, m.clock, lambda nm=name: _run_cycle(loop, rec, steps, skip=nm), ref_s,
-                warm_s,
-            )  # fmt: skip
-            loop.reset()
-            put("removed", name, 0, n, occ, t0, t1)
+            removed(name, {name}, occ)
     for group in loop.removable_groups:
         if time.perf_counter() + 2 * (ref_s + warm_s + 0.4) > deadline:
             loop.info["references_cut"] = f"budget: no references from {group!r} on"
             break
-        members = set(group.split("+"))
-        n, t0, t1 = _window(
-            loop, m.clock, lambda g=members: _run_cycle(loop, rec, steps, skip=g), ref_s, warm_s
-        )
-        loop.reset()
-        put("removed", group, 0, n, 1, t0, t1)
+        removed(group, set(group.split("+")), 1)
     n, t0, t1 = _window(loop, m.clock, lambda: _run_cycle(loop, rec, steps), ref_s, warm_s)
     put("plain", "", 0, n, 0, t0, t1)
     return rows

@@ -164,6 +164,7 @@ def phase_rows(
         if ref_j is None and n_occ and all(ref):
             ways = [max(r.alone_j or 0.0, r.added_j or 0.0) for r in ref]
             share_j, share_from = (sum(ways), "max(alone, added)") if sum(ways) > 0 else (None, "")
+        removed = _removed_of(ref, parts, refs)
         row = {
             "loop": loop,
             "method": method,
@@ -176,8 +177,8 @@ def phase_rows(
             "ref_added_ms": _sum([r.added_ms for r in ref]) if all(ref) else None,
             # A joint row's own "step less it" is the step less all its members at once
             # (`removed_groups`); the members' summed would count what they share twice.
-            "ref_removed_j": _removed_of(ref, parts, refs, 0),
-            "ref_removed_ms": _removed_of(ref, parts, refs, 3),
+            "ref_removed_j": removed[0],
+            "ref_removed_ms": removed[1],
             "ref_diff_pct": ref[0].diff_pct if len(ref) == 1 and ref[0] else None,
             "near_limit": any(r.near_limit for r in ref if r),
             "max_read_w": max((r.max_read_w or 0) for r in ref if r) if any(ref) else None,
@@ -206,11 +207,10 @@ def phase_rows(
         if len(parts) > 1 and row["ref_removed_j"] is not None and n_occ:
             # the group was left out of the plain step, which runs each member once; where the
             # loop repeats a member, its repeats (after itself) count at its reference
-            more = [(occ.get(q, 0) / n_occ - 1.0, r) for q, r in zip(parts, ref, strict=True)]
-            if any(k > 0 and (r is None or r.ref_j is None) for k, r in more):
-                row["ref_removed_j"] = None
-            else:
-                row["ref_removed_j"] += sum(k * r.ref_j for k, r in more if k > 0)
+            repeats = repeats_at_reference(
+                [(occ.get(q, 0) / n_occ, r and r.ref_j) for q, r in zip(parts, ref, strict=True)]
+            )
+            row["ref_removed_j"] = None if repeats is None else row["ref_removed_j"] + repeats
         removed = row["ref_removed_j"]
         if row["estimate_j"] is not None and removed:  # the third way, where measured
             row["removed_error_pct"] = 100 * (row["estimate_j"] - removed) / removed
@@ -230,16 +230,27 @@ def phase_rows(
     return rows
 
 
-def _removed_of(ref, parts: list[str], refs: dict, i: int) -> float | None:
-    """A row's "step less it" reference (i = 0: J, 3: ms, per occurrence): a phase's own, or for
-    a joint row the group's measured removal, in either member order; None where not made."""
+def _removed_of(ref, parts: list[str], refs: dict) -> tuple[float | None, float | None]:
+    """A row's "step less it" reference, (J, ms) per occurrence: a phase's own, or for a joint
+    row the group's measured removal (`removed_groups`: (J, lo, hi, ms)), in either member
+    order; Nones where not made."""
     if len(parts) == 1:
         r = ref[0]
-        return None if r is None else (r.removed_j, None, None, r.removed_ms)[i]
-    for name, got in (refs.get("removed_groups") or {}).items():
-        if set(name.split("+")) == set(parts) and got[0] is not None:
-            return got[i]
-    return None
+        return (None, None) if r is None else (r.removed_j, r.removed_ms)
+    for name, (e, _lo, _hi, ms) in (refs.get("removed_groups") or {}).items():
+        if set(name.split("+")) == set(parts) and e is not None:
+            return e, ms
+    return None, None
+
+
+def repeats_at_reference(members: list[tuple[float, float | None]]) -> float | None:
+    """The energy of a group's members' repeats, each at its reference: Σ (occ − 1) × ref over
+    the members run occ > 1 times for each time the plain step runs them (the repeats run
+    after themselves, sharing nothing with the others); None where a repeated member has no
+    reference. `members`: (occ, ref J) each."""
+    if any(o > 1.0 and r is None for o, r in members):
+        return None
+    return sum((o - 1.0) * r for o, r in members if o > 1.0)
 
 
 def _sum(values):

@@ -184,6 +184,7 @@ def references(ref_dir: Path, power_limit_w: float | None) -> dict:
     per = plain["e_j"] / plain["n"]
     plain_j = float(per.mean())
     drift_j = float(per.max() - per.min()) / 2 if len(per) > 1 else 0.0
+    plain_hw_j = drift_j + _plain_halfwidth(plain)  # the plain cycle's bound: drift, counter
     plain_each_ms = 1e3 * (plain["t1_s"] - plain["t0_s"]) / plain["n"]
     plain_ms = float(plain_each_ms.mean())
     plain_ms_hw = float(plain_each_ms.max() - plain_each_ms.min()) / 2
@@ -206,8 +207,8 @@ def references(ref_dir: Path, power_limit_w: float | None) -> dict:
             scale = k * occ
             added = (b.e_j / b.n - plain_j) / scale
             # Bounds: the window's own, and the plain cycle's drift (conservative: added).
-            lo_c = b.lo_j / b.n - (plain_j + drift_j + _plain_halfwidth(plain))
-            hi_c = b.hi_j / b.n - (plain_j - drift_j - _plain_halfwidth(plain))
+            lo_c = b.lo_j / b.n - (plain_j + plain_hw_j)
+            hi_c = b.hi_j / b.n - (plain_j - plain_hw_j)
             added_lo, added_hi = lo_c / scale, hi_c / scale
             added_ms = (1e3 * (b.t1_s - b.t0_s) / b.n - plain_ms) / scale
             added_ms_hw = plain_ms_hw / scale
@@ -250,11 +251,11 @@ def references(ref_dir: Path, power_limit_w: float | None) -> dict:
         out[phase] = PhaseReference(
             phase, alone_j, alo, ahi, alone_ms, added, added_lo, added_hi, k, occ, diff, agree,
             max_w, near, rj, rlo, rhi, src, note, added_ms, added_ms_hw,
-            *_removed(wins, phase, plain_j, drift_j + _plain_halfwidth(plain), plain_ms),
+            *_removed(wins, phase, plain_j, plain_hw_j, plain_ms),
         )  # fmt: skip
     removed_kinds = wins.loc[wins["kind"] == "removed", "phase"].astype(str)
     groups = {
-        g: _removed(wins, g, plain_j, drift_j + _plain_halfwidth(plain), plain_ms)
+        g: _removed(wins, g, plain_j, plain_hw_j, plain_ms)
         for g in dict.fromkeys(removed_kinds)
         if "+" in g
     }

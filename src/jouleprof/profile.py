@@ -229,7 +229,7 @@ class profile:  # noqa: N801 - used as `with jouleprof.profile(...)`, like a fun
         """Regression, then proportional: phases_<method>.csv each, phases.csv the first that
         succeeds; run.json extra.attribution says what each did."""
         from jouleprof.attribution.api import attribute
-        from jouleprof.attribution.excitation import cost_lines
+        from jouleprof.attribution.excitation import record_costs
         from jouleprof.cli.console import note, working
 
         status: dict[str, Any] = {}
@@ -246,8 +246,7 @@ class profile:  # noqa: N801 - used as `with jouleprof.profile(...)`, like a fun
             df = res.to_frame()
             rd.write_phases(df, f"phases_{method}.csv")
             status[method] = {"ok": True}
-            if lines := cost_lines(res):  # what the excitation or the repeats cost
-                status[method]["costs"] = lines
+            record_costs(status[method], res)  # what the excitation or the repeats cost
             if chosen is None:
                 rd.write_phases(df)
                 chosen = method
@@ -260,13 +259,14 @@ class profile:  # noqa: N801 - used as `with jouleprof.profile(...)`, like a fun
     def _print(self) -> None:
         from rich.markup import escape
 
+        from jouleprof.attribution.excitation import recorded_costs
         from jouleprof.cli.attribute import print_phases_file
         from jouleprof.cli.console import err_console, note
         from jouleprof.store.rundir import RunDir
 
         print_phases_file(self.run_dir)
         rec = RunDir(self.run_dir).read_record()
-        for line in ((rec.extra.get("attribution") or {}).get("regression") or {}).get("costs", []):
+        for line in recorded_costs(rec.extra):
             note(line)
         sim = rec.extra.get("simulated_gpu")
         if sim:

@@ -71,12 +71,6 @@ def overhead(spans, res: Any, drawn: set[int] | None = None) -> dict[str, Any]:
     t_x, t_p, e_x, e_p = (float(np.mean(a)) for a in (tx, tp, ex, ep))
     frac = len(excited) / len(used)
     out.update(
-        # 95 % half-widths of the differences (normal, unequal variances): steps that vary by
-        # themselves (a data-bound step) can hide what the variation costs
-        step_ms_diff_hw=1e3 * _diff_hw(tx, tp),
-        step_j_diff_hw=_diff_hw(ex, ep),
-    )
-    out.update(
         step_ms_plain=1e3 * t_p,
         step_ms_excited=1e3 * t_x,
         gap_ms_per_excited_step=1e3 * float(np.mean([per[s].get(GAP_PHASE, 0.0) for s in excited])),
@@ -88,6 +82,10 @@ def overhead(spans, res: Any, drawn: set[int] | None = None) -> dict[str, Any]:
         share_excited=frac,
         run_time_overhead_pct=100 * frac * (t_x - t_p) / t_p,
         run_energy_overhead_pct=100 * frac * (e_x - e_p) / e_p if e_p else None,
+        # 95 % half-widths of the differences (normal, unequal variances): steps that vary by
+        # themselves (a data-bound step) can hide what the variation costs
+        step_ms_diff_hw=1e3 * _diff_hw(tx, tp),
+        step_j_diff_hw=_diff_hw(ex, ep),
     )
     return out
 
@@ -129,6 +127,18 @@ def cost_note(cost: dict[str, Any], what: str) -> str | None:
 
 COST_KEYS: tuple[str, ...] = ("excitation_cost", "repeat_cost")
 """The diagnostics in which attribution records what the step's variations cost."""
+
+
+def record_costs(status: dict[str, Any], result: Any) -> None:
+    """Put `result`'s cost lines (`cost_lines`) in a method's attribution status (run.json
+    ``extra["attribution"][method]["costs"]``), where it has any."""
+    if lines := cost_lines(result):
+        status["costs"] = lines
+
+
+def recorded_costs(extra: dict[str, Any]) -> list[str]:
+    """The regression's cost lines a run's record keeps (`record_costs`), for the terminal."""
+    return ((extra.get("attribution") or {}).get("regression") or {}).get("costs", [])
 
 
 def cost_lines(result: Any) -> list[str]:

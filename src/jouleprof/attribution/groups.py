@@ -67,6 +67,38 @@ def check_members(groups: Sequence[tuple[str, ...]], phases: Iterable[str]) -> N
                 )
 
 
+def sum_row(
+    label: str,
+    time_s: float,
+    n_steps: int,
+    e: float,
+    lo: float,
+    hi: float,
+    step_e: float,
+    method: str,
+    note: str,
+    device: str,
+) -> PhaseResult:
+    """A resolved row for phases weighed together ("a+b"): their energy `e` over the analysed
+    steps and its interval [lo, hi] (J, lo floored at 0), their summed time, their share of
+    the steps' energy `step_e`. The regression's own joint rows are made with it too."""
+    return PhaseResult(
+        label,
+        time_s,
+        time_s / n_steps if n_steps else 0.0,
+        e,
+        max(lo, 0.0),
+        hi,
+        e / time_s if time_s > 0 else None,
+        100.0 * e / step_e if step_e > 0 else None,
+        method,
+        True,
+        note,
+        device,
+        n_steps,
+    )
+
+
 def group_rows(
     groups: Sequence[tuple[str, ...]],
     order: Sequence[str],
@@ -113,32 +145,17 @@ def group_rows(
             )
             continue
         e, lo, hi = interval(members)
-        resolved = e > 0 and hi - lo <= e
+        if e > 0 and hi - lo <= e:
+            note = f"weighed together on request: ±{pct_text(50 * (hi - lo) / e)}%"
+            out.append(sum_row(label, t, n_steps, e, lo, hi, step_e, method, note, device))
+            continue
         note = (
-            f"weighed together on request: ±{pct_text(50 * (hi - lo) / e)}%"
-            if resolved
-            else f"weighed together on request; its {100 * confidence:.0f}% interval "
+            f"weighed together on request; its {100 * confidence:.0f}% interval "
             f"[{lo:.4g}, {hi:.4g}] J is wider than the estimate {e:.4g} J"
         )
-        row = PhaseResult(
-            label,
-            t,
-            t / n_steps if n_steps else 0.0,
-            e if resolved else None,
-            max(lo, 0.0) if resolved else None,
-            hi if resolved else None,
-            e / t if resolved and t > 0 else None,
-            100.0 * e / step_e if resolved and step_e > 0 else None,
-            method,
-            resolved,
-            note,
-            device,
-            n_steps,
-        )
-        if not resolved:
-            row = replace(row, estimate_j=e, estimate_lo_j=lo, estimate_hi_j=hi)
-        out.append(row)
+        row = unresolved(label, t, n_steps, method, note, device)
+        out.append(replace(row, estimate_j=e, estimate_lo_j=lo, estimate_hi_j=hi))
     return out
 
 
-__all__ = ["SEP", "check_members", "group_rows", "parse_groups"]
+__all__ = ["SEP", "check_members", "group_rows", "parse_groups", "sum_row"]

@@ -17,6 +17,7 @@ from scipy.stats import norm
 
 from jouleprof.attribution.bins import expand
 from jouleprof.attribution.common import IDLE, Timeline
+from jouleprof.attribution.groups import sum_row
 from jouleprof.attribution.pinned import unphysical_side
 from jouleprof.attribution.result import PhaseResult, pct_text, unresolved
 from jouleprof.attribution.stall import StallSplit
@@ -270,23 +271,7 @@ def _joint_results(
             f"jointly: the data cannot split {' from '.join(pair)}, but weigh them together; "
             f"±{pct_text(50 * (hi - lo) / e)}%"
         )
-        out.append(
-            PhaseResult(
-                label,
-                time_s,
-                time_s / n_steps,
-                e,
-                max(lo, 0.0),
-                hi,
-                e / time_s if time_s > 0 else None,
-                100.0 * e / step_e if step_e > 0 else None,
-                METHOD,
-                True,
-                note,
-                device,
-                n_steps,
-            )
-        )
+        out.append(sum_row(label, time_s, n_steps, e, lo, hi, step_e, METHOD, note, device))
     return out
 
 

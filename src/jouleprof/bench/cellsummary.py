@@ -170,6 +170,7 @@ def cell_figures(rd: RunDir) -> dict[str, Figure]:
 def attribute_cell(rd: RunDir) -> dict[str, Any]:
     """Every attribution method the run supports; phases_<method>.csv files; a status per method."""
     from jouleprof.attribution.api import attribute
+    from jouleprof.attribution.excitation import record_costs
 
     status: dict[str, Any] = {}
     if not rd.has("spans.csv") or (rd.path / "spans.csv").stat().st_size == 0:
@@ -186,10 +187,7 @@ def attribute_cell(rd: RunDir) -> dict[str, Any]:
         df = res.to_frame()
         rd.write_phases(df, f"phases_{method}.csv")
         status[method] = {"ok": True}
-        from jouleprof.attribution.excitation import cost_lines
-
-        if lines := cost_lines(res):  # what the opt-in excitation or repetition cost
-            status[method]["costs"] = lines
+        record_costs(status[method], res)  # what the opt-in excitation or repetition cost
         if method == "regression":
             rd.write_phases(df)  # phases.csv is the regression's
             # Which model each device's figures come from (`attribution.regression_choice`).

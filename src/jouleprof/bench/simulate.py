@@ -24,6 +24,7 @@ from typing import Any
 
 from jouleprof.errors import JouleprofError
 from jouleprof.store.rundir import RunDir
+from jouleprof.timeline.excite import GAP_PHASE
 
 log = logging.getLogger(__name__)
 
@@ -68,8 +69,6 @@ class PhasePowers:
             raise ValueError("other_w and idle_w must be ≥ 0 watts")
 
     def power_w(self, phase: str) -> float:
-        from jouleprof.timeline.excite import GAP_PHASE
-
         if phase.rsplit("/", 1)[-1] == GAP_PHASE:  # a `sync` excitation gap idles the device
             return self.idle_w
         name = phase.lower()
@@ -211,6 +210,7 @@ def simulate_run(
         JouleprofError: no spans, or the run already holds simulated samples.
     """
     from jouleprof.attribution.api import attribute
+    from jouleprof.attribution.excitation import record_costs
     from jouleprof.types import Figure, Source
 
     rd = RunDir(run_dir)
@@ -241,10 +241,7 @@ def simulate_run(
         frames[method] = df
         rd.write_phases(df, f"phases_{method}.csv")
         status[method] = {"ok": True, "source": "simulated", "device": SIM_DEVICE}
-        from jouleprof.attribution.excitation import cost_lines
-
-        if lines := cost_lines(res):  # what the opt-in excitation or repetition cost
-            status[method]["costs"] = lines
+        record_costs(status[method], res)  # what the opt-in excitation or repetition cost
     main = "regression" if "regression" in frames else next(iter(frames), None)
     if main is not None:
         rd.write_phases(frames[main])

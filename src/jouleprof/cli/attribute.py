@@ -398,13 +398,7 @@ def attribute_cmd(
         fail(f"--joint weighs phases together in the regression's fit: drop it, or use --method "
              f"regression (--method {method} splits each phase on its own)")  # fmt: skip
     if method == "regression":
-        if joint:
-            from jouleprof.attribution.groups import parse_groups
-
-            try:
-                parse_groups(joint)
-            except ValueError as e:
-                fail(f"--joint: {e}")
+        if joint:  # RegressionConfig checks each group (one line naming a bad one)
             opts["joint"] = tuple(joint)
         opts.update(
             confidence=confidence,

@@ -212,7 +212,9 @@ def profile_cmd(
     from jouleprof.cli.attribute import print_phases_file
 
     print_phases_file(path)
-    for line in ((rec.extra.get("attribution") or {}).get("regression") or {}).get("costs", []):
+    from jouleprof.attribution.excitation import recorded_costs
+
+    for line in recorded_costs(rec.extra):
         note(line)
     sim = rec.extra.get("simulated_gpu")
     if sim:
