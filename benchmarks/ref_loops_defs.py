@@ -504,6 +504,7 @@ class InferMixed(Loop):
 
     name = "infer_mixed"
     replayable = ("embed_fp32", "encoder_bf16", "loss_fp32")  # no_grad, results overwritten
+    removable = ("loss_fp32", "log")  # without them the step's other phases run unchanged
 
     def build(self) -> None:
         torch = self.torch

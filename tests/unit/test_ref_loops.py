@@ -56,6 +56,16 @@ def test_smoke_run_packs_a_loop_and_the_evaluation_reads_it(tmp_path, monkeypatc
     assert (tmp_path / "ev" / "ref_loops_eval.md").read_text().count("| user4 |") >= 8
 
 
+def test_infer_mixed_is_also_run_without_its_loss_and_its_logging(tmp_path):
+    rl = _mod("ref_loops")
+    out = tmp_path / "res"
+    args = ["--out", str(out), "--smoke", "--loops", "infer_mixed", "--fine-s", "2"]
+    assert rl.main(args) == 0
+    wins = pd.read_csv(out / "loops" / "infer_mixed" / "ref" / "ref_windows.csv")
+    assert set(wins.loc[wins["kind"] == "removed", "phase"]) == {"loss_fp32", "log"}
+    assert (wins.loc[wins["kind"] == "removed", "n"] > 0).all()
+
+
 def test_a_loop_that_fails_is_a_row_and_the_next_one_runs(tmp_path, monkeypatch):
     rl = _mod("ref_loops")
     defs = _mod("ref_loops_defs")
