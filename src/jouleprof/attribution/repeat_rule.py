@@ -85,17 +85,19 @@ def window_identified(res: Any) -> bool:
 
 def fits_with_rule(
     fit: Callable[[Any, Any], Any], cfg: Any, buffer: Any, extra: Mapping[str, Any] | None,
-    spans: Any, steps: Iterable[int],
+    spans: Any, steps: Iterable[int], *, what: str | None | bool = True,
 ) -> tuple[Any, Any]:  # fmt: skip
     """`fit(cfg, buffer)` (a DeviceAttribution) under the rule: where `cfg.use_buffer` is None,
     the run recorded enough repetition and its buffer rows leave the window unidentified, the
     fit again without the buffer rows, with a note (and ``diagnostics["buffer_rows_left_out"]``)
     saying why; otherwise the fit as asked (with a note where repetition was recorded and the
     buffer rows were kept). Returns (that fit, the fit with the buffer rows where the rule left
-    them out, else None) for `span_both_fits`."""
+    them out, else None) for `span_both_fits`. `what` is the run's `repetition` where the
+    caller has it already (True: find it here)."""
     if buffer is None or cfg is None or cfg.use_buffer is not None:
         return fit(cfg, buffer), None
-    what = repetition(extra, spans, steps)
+    if what is True:
+        what = repetition(extra, spans, steps)
     with_buffer = fit(cfg, buffer)
     if what is None:
         return with_buffer, None
@@ -132,7 +134,8 @@ def fit_with_rule(
     from jouleprof.attribution.shared_pairs import keep_shared, phases_before, with_pairs
 
     steps = list(steps)
-    repeated = repetition(extra, spans, steps) is not None
+    what = repetition(extra, spans, steps)
+    repeated = what is not None
     # Each replayed phase weighed together with the one before it, kept where the replay
     # check finds energy they share (`shared_pairs`).
     pairs = (
@@ -142,7 +145,7 @@ def fit_with_rule(
     )
     asked = cfg.joint if cfg is not None else ()
     cfg = with_pairs(cfg, pairs) if pairs else cfg
-    res, with_buffer = fits_with_rule(fit, cfg, buffer, extra, spans, steps)
+    res, with_buffer = fits_with_rule(fit, cfg, buffer, extra, spans, steps, what=what)
     if not repeated:
         return res
     left_out = with_buffer is not None
