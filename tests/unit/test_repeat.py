@@ -192,19 +192,19 @@ def test_the_rule_leaves_buffer_rows_out_where_repeated_and_the_window_unidentif
     assert repetition(extra, few, range(100)) is None and repetition({}, many, range(100)) is None
 
     flat = _Fit({"0.05": 1.0, "0.075": 1.0})  # the H200's case: neighbours not rejected
-    res, _ = fits_with_rule(flat, cfg, buf, extra, many, range(100))
+    res, _ = fits_with_rule(flat, cfg, buf, repetition(extra, many, range(100)))
     assert flat.calls == [(None, True), (False, False)]
     assert "left out, because the run repeated copy in 25 analysed steps" in res.notes[0]
     assert res.diagnostics["buffer_rows_left_out"] == res.notes[0]
 
     sharp = _Fit({"0.05": 0.3, "0.075": 0.5})  # both neighbours rejected: identified
-    res, _ = fits_with_rule(sharp, cfg, buf, extra, many, range(100))
+    res, _ = fits_with_rule(sharp, cfg, buf, repetition(extra, many, range(100)))
     assert sharp.calls == [(None, True)] and "kept although" in res.notes[0]
 
     for args in ((cfg, buf, extra, few), (cfg, buf, {}, many), (cfg, None, extra, many),
                  (RegressionConfig(use_buffer=True), buf, extra, many)):  # fmt: skip
         f = _Fit({"0.05": 1.0})
-        res, _ = fits_with_rule(f, args[0], args[1], args[2], args[3], range(100))
+        res, _ = fits_with_rule(f, args[0], args[1], repetition(args[2], args[3], range(100)))
         assert len(f.calls) == 1 and not res.notes, args[1:]
     assert window_identified(SimpleNamespace(diagnostics={})) is False
 

@@ -84,20 +84,17 @@ def window_identified(res: Any) -> bool:
 
 
 def fits_with_rule(
-    fit: Callable[[Any, Any], Any], cfg: Any, buffer: Any, extra: Mapping[str, Any] | None,
-    spans: Any, steps: Iterable[int], *, what: str | None | bool = True,
-) -> tuple[Any, Any]:  # fmt: skip
+    fit: Callable[[Any, Any], Any], cfg: Any, buffer: Any, what: str | None
+) -> tuple[Any, Any]:
     """`fit(cfg, buffer)` (a DeviceAttribution) under the rule: where `cfg.use_buffer` is None,
-    the run recorded enough repetition and its buffer rows leave the window unidentified, the
-    fit again without the buffer rows, with a note (and ``diagnostics["buffer_rows_left_out"]``)
-    saying why; otherwise the fit as asked (with a note where repetition was recorded and the
-    buffer rows were kept). Returns (that fit, the fit with the buffer rows where the rule left
-    them out, else None) for `span_both_fits`. `what` is the run's `repetition` where the
-    caller has it already (True: find it here)."""
+    the run recorded enough repetition (`what`, the run's `repetition`; None where it did not)
+    and its buffer rows leave the window unidentified, the fit again without the buffer rows,
+    with a note (and ``diagnostics["buffer_rows_left_out"]``) saying why; otherwise the fit as
+    asked (with a note where repetition was recorded and the buffer rows were kept). Returns
+    (that fit, the fit with the buffer rows where the rule left them out, else None) for
+    `span_both_fits`."""
     if buffer is None or cfg is None or cfg.use_buffer is not None:
         return fit(cfg, buffer), None
-    if what is True:
-        what = repetition(extra, spans, steps)
     with_buffer = fit(cfg, buffer)
     if what is None:
         return with_buffer, None
@@ -145,7 +142,7 @@ def fit_with_rule(
     )
     asked = cfg.joint if cfg is not None else ()
     cfg = with_pairs(cfg, pairs) if pairs else cfg
-    res, with_buffer = fits_with_rule(fit, cfg, buffer, extra, spans, steps, what=what)
+    res, with_buffer = fits_with_rule(fit, cfg, buffer, what)
     if not repeated:
         return res
     left_out = with_buffer is not None
