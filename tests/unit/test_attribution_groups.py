@@ -159,3 +159,50 @@ def test_a_long_group_name_takes_a_line_per_member_and_cuts_no_figure(tmp_path):
     assert lines[i + 1].strip() == "optimizer+" and lines[i + 2].strip() == "ema"
     assert " J " in lines[i] and "…" not in r.stdout
     assert all(len(ln) <= 80 for ln in lines)
+
+
+def test_an_unresolved_phase_is_weighed_with_the_neighbour_it_trades_energy_with():
+    # "loss" sits between "encoder" and "log" in every step; the bootstrap shows it trading
+    # energy with "log" (their powers move against each other), not with "encoder". Its joint
+    # row must be loss+log, whose sum is well measured. The encoder is as frequent a
+    # neighbour (both are in every step), so frequency cannot choose; the first neighbour seen
+    # would make encoder+loss, whose interval is as wide as the loss's own.
+    from types import SimpleNamespace
+
+    import numpy as np
+    import pandas as pd
+
+    from jouleprof.attribution.regression_results import _joint_results
+
+    step_s, dur = 0.020, {"encoder": 0.009, "loss": 0.003, "log": 0.002}
+    rows = []
+    for k in range(100):
+        t = 1.0 + k * step_s
+        for name, d in dur.items():
+            rows.append((k, name, t, t + d))
+            t += d
+    spans = pd.DataFrame(rows, columns=["step", "phase", "t0_s", "t1_s"])
+    tl = build_timeline(spans, 1.0, 1.0 + 100 * step_s, warmup_steps=0)
+    col_of = {name: i for i, name in enumerate(dur)}
+    power = np.array([700.0, 300.0, 150.0])
+    rng = np.random.default_rng(0)
+    trade = rng.normal(0, 200.0, 500)
+    boot = power + np.column_stack([rng.normal(0, 10.0, 500), trade, -1.5 * trade])
+    sens_w = np.zeros((1, 3))
+    cfg = SimpleNamespace(confidence=0.95, min_rel_halfwidth=0.0)
+    results = [
+        SimpleNamespace(phase="encoder", resolved=True),
+        SimpleNamespace(phase="loss", resolved=False),
+        SimpleNamespace(phase="log", resolved=True),
+    ]
+
+    def terms(names):
+        return [col_of[n] for n in names], np.array([tl.time_s[n] for n in names])
+
+    step_e = float(power @ np.array(list(dur.values()))) * tl.n_steps
+    joint = _joint_results(
+        tl, col_of, terms, power, boot, sens_w, cfg, "gpu0", 1.0, results, step_e
+    )
+    assert [r.phase for r in joint] == ["loss+log"]
+    e = joint[0].energy_j
+    assert e == pytest.approx((300.0 * 0.003 + 150.0 * 0.002) * tl.n_steps, rel=1e-9)
