@@ -14,6 +14,7 @@ if [ -z "${L:-}" ]; then
   else L=user4,user4_repeat,infer_mixed; fi
 fi
 B=${B:-300}
+rm -rf /tmp/rl  # a warm machine keeps /tmp: an earlier call's loops must not ride in this tar
 timeout $((B + 40)) python3 benchmarks/ref_loops.py --out /tmp/rl --loops "$L" --fine-s 60 \
   --excite-s 60 --pack --budget-s "$B" 2>&1 | tee /tmp/rl.log | tail -8
 cp /tmp/rl.log /tmp/rl/ && tar cf "$OUT/rl.tar" -C /tmp rl
