@@ -330,6 +330,9 @@ def evaluate(
                         "buffer_window_choice"
                     )
                     extra[f"{name} {method}"]["buffer_window_delta_chi2"] = window_chi2(res)
+                    extra[f"{name} {method}"]["buffer_lag_profile"] = (
+                        res.diagnostics.get("buffer") or {}
+                    ).get("lag_profile")
                     extra[f"{name} {method}"]["ref_closure"] = closure(refs, res, occ)
                     extra[f"{name} {method}"]["references_from"] = str(
                         ref_dir.relative_to(loops_dir)

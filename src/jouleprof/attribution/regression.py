@@ -80,6 +80,7 @@ import logging
 from dataclasses import dataclass, field, replace
 
 import numpy as np
+from scipy.stats import norm
 
 from jouleprof.attribution.bins import expand, split_bins
 from jouleprof.attribution.bootstrap import block_bootstrap, residual_block_s
@@ -100,6 +101,7 @@ from jouleprof.attribution.grid import (
     wanted_signals,
     with_power_pieces,
 )
+from jouleprof.attribution.lag_profile import LAG, lag_profile, spread_rows
 from jouleprof.attribution.parallel import Beside, PrefetchingFit
 from jouleprof.attribution.pinned import pinned_spread
 from jouleprof.attribution.placement import (
@@ -364,10 +366,32 @@ def _attribute_model(found: _Grids, timeline: Timeline, device: str, cfg: Regres
     sens_w = np.array(sens)
     sys_sd_w = np.sqrt(np.sum(np.square(sens_w), axis=0))
 
+    notes = list(grid_notes)
+    # The fit's lag is the nearest minimum of the residual; another lag may fit as well.
+    prof = None
+    if cfg.intervals and cfg.lag_profile:
+        with stage("buffer lag profile"):
+            # One-sided: is the other lag's fit worse? The interval's reach is two-sided.
+            z_test = float(norm.ppf(cfg.confidence))
+            prof = lag_profile(
+                pl, x, w, theta, power, cfg.buffer_lag_s, cfg.buffer_lag_sd_s, block_s, z_test
+            )
+        if prof is not None:
+            carried = max(float(np.sqrt(theta_cov[LAG, LAG])), cfg.buffer_lag_floor_sd_s)
+            z = float(norm.ppf(0.5 + 0.5 * cfg.confidence))
+            lag_rows, lag_to = spread_rows(prof, power, carried, z)
+            if lag_rows:
+                sens_w = np.vstack([sens_w, *lag_rows])
+                notes.append(
+                    f"buffer lag: the fitted {1e3 * prof.fitted_lag_s:.1f} ms fits the rows no "
+                    f"better than {prof.compatible_text()} (a paired test over {block_s:.2g} s "
+                    "blocks of the run); each interval reaches the energies fitted at "
+                    + " and ".join(f"{1e3 * v:.1f} ms" for v in lag_to)
+                )
+
     # Steps in lockstep with every grid the rows sit on repeat the same few equations: the fit
     # then leans on details of the sensor model that the interval does not capture. Widen it
     # (a heuristic: by 0.5 / coverage, so × 2.5 when steps start in 4 of 20 parts of the cycle).
-    notes = list(grid_notes)
     n_instant = int(np.sum(rows.kind == INSTANT))
     if cfg.use_instant and "power" in grids and n_instant < 0.1 * jp.grid.n_updates:
         # A grid whose instants jitter by a large part of its period leaves few readings that
@@ -479,6 +503,7 @@ def _attribute_model(found: _Grids, timeline: Timeline, device: str, cfg: Regres
             "lag_sd_s": float(np.sqrt(theta_cov[6, 6])),
             "window_rel_sd": cfg.buffer_window_rel_sd,
             "scale_vs_counter": None if f.buffer_scale is None else vars(f.buffer_scale),
+            "lag_profile": None if prof is None else prof.to_json(),
         }
         sc = f.buffer_scale
         notes.append(

@@ -45,6 +45,10 @@ the H200 V-JEPA2 runs (Δχ² 1-5), nothing changes: the full move and ±25 % st
 WINDOW_CLEAR_CHI2 = 9.0
 """Δχ² (3 σ²) above which the run's residuals reject a neighbouring buffer-window length."""
 
+INTERVAL_ONLY_NOTES = ("buffer lag: ",)
+"""Notes only a fit with intervals writes (`regression`'s lag profile): the final fit keeps
+them where it takes the point fit's notes as its own."""
+
 BUFFER_ROWS = KIND_NAMES[BUFFER]
 """The power buffer's rows, as the fit's diagnostics name them."""
 
@@ -113,7 +117,10 @@ def choose_model(fit: Fit, timeline: Timeline, cfg: RegressionConfig) -> DeviceA
         final = fit(cfg) if cfg.intervals else res
     if final is not res:
         if window is None or window.best == 1.0:
-            final.notes[:] = res.notes  # its own notes (as the point fit's) and the choices'
+            # Its own notes (as the point fit's) and the choices', and what only a fit with
+            # intervals finds (`lag_profile`).
+            own = [n for n in final.notes if n.startswith(INTERVAL_ONLY_NOTES)]
+            final.notes[:] = res.notes + own
         else:
             final.notes += [n for n in res.notes if n.startswith(("model: ", "bins: "))]
         for key in ("stall_model_choice", "bins_choice"):

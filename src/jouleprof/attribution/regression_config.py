@@ -153,6 +153,11 @@ class RegressionConfig:
     lag a run fits absorbs some of its loop's misfit: its posterior σ is 0.1–0.2 ms, while the
     lags fitted on different loops of one card spread with an SD of 0.7 ms (17 runs of 10
     loops on an H200 and an H100; 0.6 and 1.0 ms between loops)."""
+    lag_profile: bool = True
+    """Repeat the fit at fixed buffer lags across the prior's ±2σ, and widen each interval to
+    reach the farthest lag on each side that the run cannot rule out (a paired test over the
+    bootstrap's blocks; `attribution.lag_profile`). The fit's lag is a local minimum: where
+    every step is alike a second one can fit as well and split neighbours quite differently."""
     buffer_jitter_s: float = 0.0003
     """σ of where a buffer sample's window really falls around its placed one (the driver
     stamps each sample; a blur wider than the truth biases a short phase between two others:
