@@ -491,7 +491,21 @@ def main(argv: list[str] | None = None) -> int:
         help="comma-separated methods and variants to evaluate (default: regression, "
         "proportional, and the variants with --variants)",
     )
+    ap.add_argument(
+        "--sensor",
+        type=Path,
+        default=None,
+        help="a sensor file (jouleprof attribute --save-sensor): adds the variant "
+        "regression_sensor, the regression with that file's buffer lag as the prior",
+    )
     args = ap.parse_args(argv)
+    if args.sensor is not None:
+        from jouleprof.attribution.sensor_file import SensorFileError, read_sensor
+
+        try:
+            VARIANTS["regression_sensor"] = read_sensor(args.sensor).options()
+        except SensorFileError as e:
+            ap.error(str(e))
     if not (args.results / "meta.json").is_file():
         ap.error(f"{args.results} has no meta.json: give a benchmarks/ref_loops.py --out dir")
     out = args.out or args.results / "eval"

@@ -295,6 +295,56 @@ def print_phases_file(run_dir: Path, name: str = "phases.csv") -> bool:
     return True
 
 
+def _gpu_models(run_dir: Path) -> dict[str, str]:
+    """device → GPU model, as the run recorded them (empty where it recorded none)."""
+    from jouleprof.errors import RunDirError
+    from jouleprof.store.rundir import RunDir
+
+    try:
+        hw = RunDir(run_dir).read_record().hardware
+    except RunDirError:
+        return {}
+    return {g["device"]: g["name"] for g in hw.get("gpus") or () if "device" in g and "name" in g}
+
+
+def _sensor_options(path: Path, run_dir: Path, device: str | None) -> dict[str, float]:
+    """The regression options of a sensor file, checked against the run's GPU model(s)."""
+    from jouleprof.attribution.sensor_file import SensorFileError, check_gpu, read_sensor
+
+    try:
+        fit = read_sensor(path)
+        models = _gpu_models(run_dir)
+        for dev, model in models.items():
+            if device is None or dev == device:
+                check_gpu(fit, model, f"{run_dir}'s {dev}")
+    except SensorFileError as e:
+        fail(str(e))
+    how = "a run with varied steps" if fit.varied else "a run whose steps were all alike"
+    note(f"buffer lag {1e3 * fit.buffer_lag_s:.2f} ms ±0.5 from {path} ({how}: {fit.from_run})")
+    return fit.options()
+
+
+def _save_sensor(path: Path, run_dir: Path, result, device: str | None) -> None:
+    """Write the lag the attribution fitted (one device) to the sensor file `path`."""
+    from jouleprof.attribution.sensor_file import SensorFileError, from_attribution, write_sensor
+
+    devs = [d for d in result.devices if device is None or d.device == device]
+    if len(devs) != 1:
+        fail(f"{run_dir} has {len(devs)} GPUs: give --device to say whose lag --save-sensor "
+             "writes (the phases files are written)")  # fmt: skip
+    dev = devs[0]
+    try:
+        fit = from_attribution(dev, _gpu_models(run_dir).get(dev.device, "unknown GPU"),
+                               str(run_dir))  # fmt: skip
+        write_sensor(path, fit)
+    except SensorFileError as e:
+        fail(f"{e} (the phases files are written)")
+    note(f"wrote {path}: buffer lag {1e3 * fit.buffer_lag_s:.2f} ms on an {fit.gpu}")
+    if not fit.varied:
+        note("its steps were all alike, so the lag may hold the loop's misfit: a run measured "
+             "with excitation pins it better (docs/excitation.md)")  # fmt: skip
+
+
 def attribute_cmd(
     run_dir: Annotated[Path, typer.Argument(help="Run directory with samples.csv and spans.csv.")],
     method: Annotated[
@@ -365,6 +415,24 @@ def attribute_cmd(
             show_default=False,
         ),
     ] = None,
+    sensor: Annotated[
+        Path | None,
+        typer.Option(
+            help="Regression: take the power buffer's lag from this sensor file (written by "
+            "--save-sensor on a run of the same GPU model) as the lag's prior, ±0.5 ms. For "
+            "runs whose steps are all alike: they cannot pin the lag themselves.",
+            show_default=False,
+        ),
+    ] = None,
+    save_sensor: Annotated[
+        Path | None,
+        typer.Option(
+            help="Regression: write the power buffer's lag this run fitted to a sensor file, "
+            "for --sensor on other runs. Best from a run measured with excitation "
+            "(its varied steps pin the lag).",
+            show_default=False,
+        ),
+    ] = None,
     gap_tolerance_s: Annotated[
         float, typer.Option(help="Gaps/overlaps between spans up to this long are noise, s.")
     ] = 0.5e-3,
@@ -419,8 +487,13 @@ def attribute_cmd(
             except ValueError as e:
                 fail(str(e))
             opts.update(instant_window_s=window_s, instant_kernel=boxes)
+    if (sensor or save_sensor) and method != "regression":
+        fail(f"--sensor and --save-sensor are the regression's buffer lag: drop them, or use "
+             f"--method regression (not {method})")  # fmt: skip
     if not run_dir.is_dir():
         fail(f"{run_dir} is not a directory: give a run directory (with samples.csv, spans.csv)")
+    if sensor is not None:
+        opts.update(_sensor_options(sensor, run_dir, device))
     from jouleprof.sensors.simulated import is_simulated_device
 
     sim = _simulated(run_dir)
@@ -450,6 +523,8 @@ def attribute_cmd(
                 dev.notes[:0] = view_notes
     truth = _simulated_truth(run_dir, sim, result) if sim is not None else None
     path = write_method_files(run_dir, result, truth)
+    if save_sensor is not None:
+        _save_sensor(save_sensor, run_dir, result, device)
     if json_out:
         doc = result.to_json()
         doc["phases_csv"] = str(path)
