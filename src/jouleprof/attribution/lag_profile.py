@@ -24,8 +24,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.stats import norm
 
 from jouleprof.attribution.placement import PARAMS, Placement
+from jouleprof.attribution.regression_config import RegressionConfig
 from jouleprof.attribution.rows import BUFFER
 
 LAG = PARAMS.index("buffer_shift_s")
@@ -181,3 +183,43 @@ def spread_rows(
         rows.append((prof.powers_w[i] - np.asarray(power, dtype=float)) / z)
         to.append(float(prof.lags_s[i]))
     return rows, to
+
+
+def lag_spread(
+    pl: Placement,
+    x: np.ndarray,
+    w: np.ndarray,
+    theta: np.ndarray,
+    theta_cov: np.ndarray,
+    power: np.ndarray,
+    cfg: RegressionConfig,
+    block_s: float,
+) -> tuple[LagProfile | None, list[np.ndarray], str | None]:
+    """The fit's lag profile (`lag_profile`, tested one-sided at cfg.confidence), the rows it
+    adds to the sensor-model spread (`spread_rows`, beyond the σ the linear spread carries:
+    the posterior's, at least cfg.buffer_lag_floor_sd_s) and the note that says so (None
+    where it adds none)."""
+    prof = lag_profile(
+        pl,
+        x,
+        w,
+        theta,
+        power,
+        cfg.buffer_lag_s,
+        cfg.buffer_lag_sd_s,
+        block_s,
+        float(norm.ppf(cfg.confidence)),
+    )
+    if prof is None:
+        return None, [], None
+    carried = max(float(np.sqrt(theta_cov[LAG, LAG])), cfg.buffer_lag_floor_sd_s)
+    rows, to = spread_rows(prof, power, carried, float(norm.ppf(0.5 + 0.5 * cfg.confidence)))
+    if not rows:
+        return prof, [], None
+    note = (
+        f"buffer lag: the fitted {1e3 * prof.fitted_lag_s:.1f} ms fits the rows no better than "
+        f"{prof.compatible_text()} (a paired test over {block_s:.2g} s blocks of the run); "
+        "each interval reaches the energies fitted at "
+        + " and ".join(f"{1e3 * v:.1f} ms" for v in to)
+    )
+    return prof, rows, note

@@ -80,7 +80,6 @@ import logging
 from dataclasses import dataclass, field, replace
 
 import numpy as np
-from scipy.stats import norm
 
 from jouleprof.attribution.bins import expand, split_bins
 from jouleprof.attribution.bootstrap import block_bootstrap, residual_block_s
@@ -101,7 +100,7 @@ from jouleprof.attribution.grid import (
     wanted_signals,
     with_power_pieces,
 )
-from jouleprof.attribution.lag_profile import LAG, lag_profile, spread_rows
+from jouleprof.attribution.lag_profile import lag_spread
 from jouleprof.attribution.parallel import Beside, PrefetchingFit
 from jouleprof.attribution.pinned import pinned_spread
 from jouleprof.attribution.placement import (
@@ -371,23 +370,10 @@ def _attribute_model(found: _Grids, timeline: Timeline, device: str, cfg: Regres
     prof = None
     if cfg.intervals and cfg.lag_profile:
         with stage("buffer lag profile"):
-            # One-sided: is the other lag's fit worse? The interval's reach is two-sided.
-            z_test = float(norm.ppf(cfg.confidence))
-            prof = lag_profile(
-                pl, x, w, theta, power, cfg.buffer_lag_s, cfg.buffer_lag_sd_s, block_s, z_test
-            )
-        if prof is not None:
-            carried = max(float(np.sqrt(theta_cov[LAG, LAG])), cfg.buffer_lag_floor_sd_s)
-            z = float(norm.ppf(0.5 + 0.5 * cfg.confidence))
-            lag_rows, lag_to = spread_rows(prof, power, carried, z)
-            if lag_rows:
-                sens_w = np.vstack([sens_w, *lag_rows])
-                notes.append(
-                    f"buffer lag: the fitted {1e3 * prof.fitted_lag_s:.1f} ms fits the rows no "
-                    f"better than {prof.compatible_text()} (a paired test over {block_s:.2g} s "
-                    "blocks of the run); each interval reaches the energies fitted at "
-                    + " and ".join(f"{1e3 * v:.1f} ms" for v in lag_to)
-                )
+            prof, lag_rows, lag_note = lag_spread(pl, x, w, theta, theta_cov, power, cfg, block_s)
+        if lag_rows:
+            sens_w = np.vstack([sens_w, *lag_rows])
+            notes.append(lag_note)
 
     # Steps in lockstep with every grid the rows sit on repeat the same few equations: the fit
     # then leans on details of the sensor model that the interval does not capture. Widen it
