@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.markup import escape
 
-from jouleprof.cli.console import out_console
+from jouleprof.cli.console import fail, note, out_console
 
 
 def sensors_cmd(
@@ -18,8 +19,28 @@ def sensors_cmd(
     json_out: Annotated[
         bool, typer.Option("--json", help="Print JSON instead of a table.")
     ] = False,
+    lag_out: Annotated[
+        Path | None,
+        typer.Option(
+            help="Instead: measure the power buffer's lag with a loop of varied steps (a GPU "
+            "and torch needed) and write it to this sensor file, for jouleprof attribute "
+            "--sensor on runs whose steps are all alike.",
+            show_default=False,
+        ),
+    ] = None,
+    lag_s: Annotated[
+        float, typer.Option(help="Seconds of the lag loop (with --lag-out; >= 10).")
+    ] = 30.0,
+    gpu: Annotated[int, typer.Option(help="GPU index for --lag-out.")] = 0,
+    run_dir: Annotated[
+        Path | None, typer.Option(help="Keep the lag loop's run directory here (--lag-out).")
+    ] = None,
 ) -> None:
-    """List every sensor signal, its detected refresh period, and what is unavailable and why."""
+    """List every sensor signal, its detected refresh period, and what is unavailable and why
+    (or, with --lag-out, measure the power buffer's lag)."""
+    if lag_out is not None:
+        _measure_lag(lag_out, lag_s, gpu, run_dir)
+        return
     from jouleprof.sensors.probe import probe_sensors
 
     if probe_s <= 0 or interval_ms <= 0:
@@ -47,6 +68,44 @@ def sensors_cmd(
     out_console.print(t)
     for n in report["notes"]:
         out_console.print(f"[yellow]•[/] {escape(n)}")
+
+
+def _measure_lag(out: Path, seconds: float, gpu: int, run_dir: Path | None) -> None:
+    """Run the lag loop (`bench.sensor_lag`), attribute it, and write the sensor file."""
+    import tempfile
+
+    if seconds < 10:
+        fail(f"--lag-s {seconds:g} is too short to pin the lag: give at least 10 (30 is usual)")
+    if run_dir is not None and run_dir.exists():
+        fail(f"{run_dir} exists: give a new directory for --run-dir (nothing is overwritten)")
+    try:
+        import torch
+    except ImportError:
+        fail("--lag-out runs a loop on a GPU: install torch with CUDA (pip install "
+             "'jouleprof[torch]')")  # fmt: skip
+    if not torch.cuda.is_available():
+        fail("--lag-out measures a GPU's power buffer, and torch sees no CUDA GPU here")
+    from jouleprof.attribution.api import attribute
+    from jouleprof.attribution.sensor_file import SensorFileError, from_attribution, write_sensor
+    from jouleprof.bench.sensor_lag import run_lag_loop
+    from jouleprof.cli.attribute import _gpu_models
+    from jouleprof.errors import JouleprofError
+
+    where = run_dir or Path(tempfile.mkdtemp(prefix="jouleprof-lag-")) / "run"
+    note(f"lag loop: {seconds:g} s on GPU {gpu}, varied steps, into {where}")
+    try:
+        rd = run_lag_loop(where, seconds, gpu)
+        dev = attribute(rd, "regression", device=f"gpu{gpu}").devices[0]
+        fit = from_attribution(dev, _gpu_models(rd).get(dev.device, "unknown GPU"), str(rd))
+        write_sensor(out, fit)
+    except (JouleprofError, SensorFileError, ValueError) as e:
+        fail(f"the lag could not be measured: {e} (run directory: {where})")
+    shown = escape(str(out))
+    out_console.print(
+        f"{escape(fit.gpu)}: power buffer lag {1e3 * fit.buffer_lag_s:.2f} ms "
+        f"(±{1e3 * fit.buffer_lag_sd_s:.2f} ms from this run, {fit.n_buffer_rows} samples); "
+        f"wrote {shown}\nuse it with: jouleprof attribute RUN --sensor {shown}"
+    )
 
 
 def register(app: typer.Typer) -> None:
