@@ -26,6 +26,7 @@ from jouleprof.attribution.result import (
     PhaseResult,
     compare,
 )
+from jouleprof.attribution.sensor_file import SensorFit, read_sensor, write_sensor
 
 __all__ = [
     "IDLE",
@@ -36,8 +37,11 @@ __all__ = [
     "IsolationResult",
     "PhaseResult",
     "RegressionConfig",
+    "SensorFit",
     "attribute",
     "auto_warmup_steps",
+    "read_sensor",
+    "write_sensor",
     "build_timeline",
     "compare",
     "per_call_energies",
