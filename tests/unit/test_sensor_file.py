@@ -5,6 +5,7 @@ inference loop run plain and with excitation in one device call."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -134,3 +135,8 @@ def test_the_cli_saves_a_sensor_file_and_uses_it_on_the_same_gpu_model(h100_runs
         r = _cli(h100_runs["infer_mixed"], *args)
         assert r.returncode != 0 and why in " ".join(r.stderr.split()), (args, r.stderr)
         assert "Traceback" not in r.stderr
+    bare = tmp_path / "bare"
+    shutil.copytree(h100_runs["infer_mixed"], bare)
+    (bare / "power_buffer.csv").unlink()
+    r = _cli(bare, "--sensor", f)
+    assert r.returncode == 0 and "the lag goes unused" in " ".join(r.stderr.split()), r.stderr

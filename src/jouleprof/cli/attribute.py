@@ -321,6 +321,8 @@ def _sensor_options(path: Path, run_dir: Path, device: str | None) -> dict[str, 
         fail(str(e))
     how = "a run with varied steps" if fit.varied else "a run whose steps were all alike"
     note(f"buffer lag {1e3 * fit.buffer_lag_s:.2f} ms ±0.5 from {path} ({how}: {fit.from_run})")
+    if not (run_dir / "power_buffer.csv").is_file():
+        note(f"{run_dir} recorded no power buffer (power_buffer.csv), so the lag goes unused")
     return fit.options()
 
 
