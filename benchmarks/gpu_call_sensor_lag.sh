@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# One device call, either card: sensors --lag-out on the GPU (its tests/gpu test, then two 30 s loops kept); on an H200 also
-#   JP_COMMIT=$(git rev-parse HEAD) bash benchmarks/gpu_call_sensor_lag.sh   (on the device; carry .gpuwork for the wheels)
-# infer_mixed plain and with excitation gaps (B s of ref_loops).
+# One device call, either card: `jouleprof sensors --lag-out` on the GPU (its tests/gpu test,
+# then two 30 s lag loops, their run directories kept as $OUT/lagruns.tar.gz); on an H200 also
+# infer_mixed plain and with excitation gaps (ref_loops, $OUT/rl.tar).
+#   JP_COMMIT=$(git rev-parse HEAD) bash benchmarks/gpu_call_sensor_lag.sh   (on the device; carry .gpuwork)
 set -u
 export PYTHONPATH=$PWD/src:$PWD/.gpuwork/.gpusite
 nvidia-smi --query-gpu=name,power.limit,clocks.max.sm,temperature.gpu --format=csv | tee $OUT/card.txt
