@@ -9,14 +9,16 @@ At 5.9 ms the logging came out at 1.4 J, at 3.0 ms at 0.39 J: its references wer
 0.26–0.40 J. The linear sensor-model spread (σ ≥ 0.8 ms of lag, `regression_sensitivity`)
 cannot reach a second minimum 2.9 ms away.
 
-So the fit is repeated at fixed lags across the prior's range, and each is compared with the
-fitted lag by a paired test over blocks of the run (the bootstrap's blocks: the residuals are
-correlated within them). A lag whose weighted squared residuals exceed the fit's by less than
-z standard errors of that difference (one-sided, at the intervals' confidence) is one the run
-cannot rule out. The farthest such lag on
-each side beyond what the linear spread already carries adds one row to the sensor-model
-spread: the powers' move to it, ÷ z, so that each interval reaches the energy the fit gives
-there. Estimates do not change.
+So the fit is repeated at fixed lags across the prior's range, at the buffer window it chose
+and at the other windows its search tries (on a fixed schedule a longer window and a shorter
+lag stand in for each other: a third plain run of that loop chose 32 ms and 6.2 ms, and every
+other lag fitted clearly worse at 32 ms, but 3.8 ms fitted as well at 40-75 ms). Each is
+compared with the fit by a paired test over the bootstrap's blocks of the run (the residuals
+are correlated within them): one whose weighted squared residuals exceed the fit's by less
+than z standard errors of that difference (one-sided, at the intervals' confidence) is one
+the run cannot rule out. The farthest such lag on each side, beyond what the linear spread
+already carries, adds one row to the sensor-model spread: the powers' move to it, ÷ z, so
+that each interval reaches the energy the fit gives there. Estimates do not change.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import numpy as np
 from scipy.stats import norm
 
 from jouleprof.attribution.placement import PARAMS, Placement
-from jouleprof.attribution.regression_config import RegressionConfig
+from jouleprof.attribution.regression_config import BUFFER_WINDOW_S, RegressionConfig
 from jouleprof.attribution.rows import BUFFER
 
 LAG = PARAMS.index("buffer_shift_s")
@@ -53,6 +55,10 @@ class LagProfile:
     the question is only whether the other lag fits worse)."""
     powers_w: np.ndarray
     """The phases' powers fitted at each lag, (lags, columns)."""
+    windows_s: np.ndarray | None = None
+    """The buffer window each lag was fitted at (None: all at the fitted window)."""
+    fitted_window_s: float | None = None
+    """The window the fit chose."""
 
     def compatible_range_s(self) -> tuple[float, float]:
         """The lowest and highest lag the run cannot rule out (the fitted one included)."""
@@ -62,29 +68,38 @@ class LagProfile:
         return lo, hi
 
     def compatible_text(self) -> str:
-        """The lags the run cannot rule out, as runs of the grid ("2.9-3.9 ms, 6.4 ms")."""
+        """The lags the run cannot rule out, as runs of the grid ("2.9-3.9 ms, 6.4 ms"), and
+        the other buffer windows they fit at ("at a 60-75 ms window")."""
         ok = np.flatnonzero(self.compatible)
         if not len(ok):
             return "no other lag"
-        runs, start = [], ok[0]
-        for a, b in zip(ok[:-1], ok[1:], strict=True):
-            gap = self.lags_s[b] - self.lags_s[a]
-            if b != a + 1 or gap > 1.5 * GRID_STEP_S:  # the fitted lag's gap ends a run too
+        lags = np.unique(np.round(self.lags_s[ok] / GRID_STEP_S * 2) / 2 * GRID_STEP_S)
+        runs, start = [], lags[0]
+        for a, b in zip(lags[:-1], lags[1:], strict=True):
+            if b - a > 1.5 * GRID_STEP_S:
                 runs.append((start, a))
                 start = b
-        runs.append((start, ok[-1]))
-        return ", ".join(
-            f"{1e3 * self.lags_s[a]:.1f} ms"
-            if a == b
-            else f"{1e3 * self.lags_s[a]:.1f}-{1e3 * self.lags_s[b]:.1f} ms"
-            for a, b in runs
+        runs.append((start, lags[-1]))
+        text = ", ".join(
+            f"{1e3 * a:.1f} ms" if a == b else f"{1e3 * a:.1f}-{1e3 * b:.1f} ms" for a, b in runs
         )
+        if self.windows_s is not None and self.fitted_window_s is not None:
+            other = np.unique(self.windows_s[ok])
+            other = other[~np.isclose(other, self.fitted_window_s)]
+            if len(other):
+                span = f"{1e3 * other.min():.0f}" + (
+                    f"-{1e3 * other.max():.0f}" if len(other) > 1 else ""
+                )
+                text += f" (also at a {span} ms buffer window)"
+        return text
 
     def to_json(self) -> dict:
         lo, hi = self.compatible_range_s()
         return {
             "fitted_lag_s": self.fitted_lag_s,
+            "fitted_window_s": self.fitted_window_s,
             "lags_s": [float(v) for v in self.lags_s],
+            "windows_s": None if self.windows_s is None else [float(v) for v in self.windows_s],
             "excess_w2": [float(v) for v in self.excess_w2],
             "excess_se_w2": [float(v) for v in self.excess_se_w2],
             "compatible": [bool(v) for v in self.compatible],
@@ -131,25 +146,38 @@ def lag_profile(
     prior_sd_s: float,
     block_s: float,
     z: float,
+    window_s: float | None = None,
+    other_windows_s: tuple[float, ...] = (),
 ) -> LagProfile | None:
     """The fit at each lag of `lags_to_try` against the fitted one (`theta`, design `x`,
     powers `power`, row weights `w`), each compared by the paired test over blocks of
-    `block_s` at `z` (one-sided). None where the run has no buffer rows or no prior spread
-    (a lag held fixed)."""
+    `block_s` at `z` (one-sided). With `window_s` (the buffer window fitted) and
+    `other_windows_s`, also every lag of the grid, the fitted one included, at each of those
+    windows: on a fixed schedule a longer window and a shorter lag stand in for each other.
+    None where the run has no buffer rows or no prior spread (a lag held fixed)."""
     buffer = pl.rows.kind == BUFFER
     if not buffer.any() or not prior_sd_s > 0:
         return None
     fitted = float(prior_lag_s - theta[LAG])
     lags = lags_to_try(prior_lag_s, prior_sd_s, fitted)
+    points = [(1.0, lag) for lag in lags]
+    if window_s is not None:
+        every = np.sort(np.append(lags, fitted))
+        points += [
+            (win / window_s, lag)
+            for win in other_windows_s
+            if not np.isclose(win, window_s)
+            for lag in every
+        ]
     block = block_index(pl.rows.mid_s, block_s)
     y = pl.target(theta)
     r_fit = (y - x @ power) * w
     excess, se, powers = [], [], []
-    for lag in lags:
+    for stretch, lag in points:
         th = np.array(theta, dtype=float)
         th[LAG] = prior_lag_s - lag
         xs = x.copy()
-        xs[buffer] = pl.design(th, only=buffer)
+        xs[buffer] = pl.design(th, buffer_stretch=stretch, only=buffer)
         p = pl.fit_powers(xs, y, w)
         e, s = paired_excess((y - xs @ p) * w, r_fit, block)
         excess.append(e)
@@ -158,11 +186,13 @@ def lag_profile(
     excess_a, se_a = np.array(excess), np.array(se)
     return LagProfile(
         fitted,
-        lags,
+        np.array([lag for _, lag in points]),
         excess_a,
         se_a,
         excess_a < z * se_a,
-        np.array(powers).reshape(len(lags), len(power)),
+        np.array(powers).reshape(len(points), len(power)),
+        None if window_s is None else np.array([st * window_s for st, _ in points]),
+        window_s,
     )
 
 
@@ -209,6 +239,8 @@ def lag_spread(
         cfg.buffer_lag_sd_s,
         block_s,
         float(norm.ppf(cfg.confidence)),
+        cfg.buffer_window_s,
+        tuple(sc * BUFFER_WINDOW_S for sc in cfg.buffer_window_scales),
     )
     if prof is None:
         return None, [], None

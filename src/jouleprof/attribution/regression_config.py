@@ -154,8 +154,9 @@ class RegressionConfig:
     lags fitted on different loops of one card spread with an SD of 0.7 ms (17 runs of 10
     loops on an H200 and an H100; 0.6 and 1.0 ms between loops)."""
     lag_profile: bool = True
-    """Repeat the fit at fixed buffer lags across the prior's ±2σ, and widen each interval to
-    reach the farthest lag on each side that the run cannot rule out (a paired test over the
+    """Repeat the fit at fixed buffer lags across the prior's ±2σ, at the chosen buffer window
+    and at each of buffer_window_scales × the default window, and widen each interval to reach
+    the farthest lag on each side that the run cannot rule out (a paired test over the
     bootstrap's blocks; `attribution.lag_profile`). The fit's lag is a local minimum: where
     every step is alike a second one can fit as well and split neighbours quite differently."""
     buffer_jitter_s: float = 0.0003

@@ -5,7 +5,8 @@ The lag between a power-buffer sample's window and its stamp belongs to the sens
 loop; but a run whose steps are all alike cannot pin it: the fit settles wherever the loop's
 misfit leads. On an H100, three plain 60 s runs of one inference loop fitted 5.9, 6.0 and
 6.2 ms: two left its loss unresolved, and the third put the loss 34 % low and its two
-largest phases 3–7 % off, each "resolved" outside its interval. The same loop with short
+largest phases 3–7 % off (the lag's profile, `attribution.lag_profile`, widens such a run's
+intervals, but cannot tell which lag is right). The same loop with short
 gaps between phases in 18 % of its steps (excitation), or with long idle gaps, fitted 3.74
 and 3.79 ms at a sharp minimum, and met ±5 % on every phase of ≥ 10 %. With 3.75 ± 0.5 ms
 as the prior, every phase of ≥ 10 % of the three plain runs came out inside its interval,
@@ -14,7 +15,8 @@ from a varied run").
 
 So a run measured with varied steps writes its fitted lag to a small JSON file, and
 attribution of any run on the same GPU model takes it as the lag's prior (`options`), σ
-SENSOR_LAG_SD_S: the fit still refines it, and the intervals still carry the lag's spread.
+SENSOR_LAG_SD_S: the fit still refines it, and the intervals still carry the lag's spread
+(the profile then spans the prior's ±2σ, so they come out narrower than without the file).
 """
 
 from __future__ import annotations
