@@ -65,12 +65,17 @@ class SensorFit:
         return {"buffer_lag_s": self.buffer_lag_s, "buffer_lag_sd_s": lag_sd_s}
 
 
-def gpu_name(record_hardware: dict, device: str) -> str | None:
-    """The model of `device` (e.g. "gpu0") in a run record's hardware, None if unrecorded."""
-    for g in record_hardware.get("gpus") or ():
-        if g.get("device") == device:
-            return g.get("name")
-    return None
+def run_gpu_models(run_dir: str | os.PathLike[str]) -> dict[str, str]:
+    """device → GPU model, as the run's run.json recorded them (empty where it recorded none
+    or has no readable run.json)."""
+    from jouleprof.errors import RunDirError
+    from jouleprof.store.rundir import RunDir
+
+    try:
+        hw = RunDir(run_dir).read_record().hardware
+    except RunDirError:
+        return {}
+    return {g["device"]: g["name"] for g in hw.get("gpus") or () if "device" in g and "name" in g}
 
 
 def from_attribution(dev: DeviceAttribution, gpu: str, run: str) -> SensorFit:

@@ -295,25 +295,18 @@ def print_phases_file(run_dir: Path, name: str = "phases.csv") -> bool:
     return True
 
 
-def _gpu_models(run_dir: Path) -> dict[str, str]:
-    """device → GPU model, as the run recorded them (empty where it recorded none)."""
-    from jouleprof.errors import RunDirError
-    from jouleprof.store.rundir import RunDir
-
-    try:
-        hw = RunDir(run_dir).read_record().hardware
-    except RunDirError:
-        return {}
-    return {g["device"]: g["name"] for g in hw.get("gpus") or () if "device" in g and "name" in g}
-
-
 def _sensor_options(path: Path, run_dir: Path, device: str | None) -> dict[str, float]:
     """The regression options of a sensor file, checked against the run's GPU model(s)."""
-    from jouleprof.attribution.sensor_file import SensorFileError, check_gpu, read_sensor
+    from jouleprof.attribution.sensor_file import (
+        SensorFileError,
+        check_gpu,
+        read_sensor,
+        run_gpu_models,
+    )
 
     try:
         fit = read_sensor(path)
-        models = _gpu_models(run_dir)
+        models = run_gpu_models(run_dir)
         for dev, model in models.items():
             if device is None or dev == device:
                 check_gpu(fit, model, f"{run_dir}'s {dev}")
@@ -328,7 +321,12 @@ def _sensor_options(path: Path, run_dir: Path, device: str | None) -> dict[str, 
 
 def _save_sensor(path: Path, run_dir: Path, result, device: str | None) -> None:
     """Write the lag the attribution fitted (one device) to the sensor file `path`."""
-    from jouleprof.attribution.sensor_file import SensorFileError, from_attribution, write_sensor
+    from jouleprof.attribution.sensor_file import (
+        SensorFileError,
+        from_attribution,
+        run_gpu_models,
+        write_sensor,
+    )
 
     devs = [d for d in result.devices if device is None or d.device == device]
     if len(devs) != 1:
@@ -336,7 +334,7 @@ def _save_sensor(path: Path, run_dir: Path, result, device: str | None) -> None:
              "writes (the phases files are written)")  # fmt: skip
     dev = devs[0]
     try:
-        fit = from_attribution(dev, _gpu_models(run_dir).get(dev.device, "unknown GPU"),
+        fit = from_attribution(dev, run_gpu_models(run_dir).get(dev.device, "unknown GPU"),
                                str(run_dir))  # fmt: skip
         write_sensor(path, fit)
     except SensorFileError as e:
