@@ -82,14 +82,20 @@ def test_the_lags_not_ruled_out_are_named_as_runs_of_the_grid():
     assert text([0] * 8) == "no other lag"
 
 
-@pytest.fixture(scope="module")
-def infer_mixed_h100(tmp_path_factory) -> Path:
-    if not CALL11.is_file():
+def _fine_run(tmp_path_factory, call: str) -> Path:
+    """The committed infer_mixed fine run of ref_loops/<call>, unpacked (skip if absent)."""
+    tar_path = CALL11.parents[1] / call / "infer_mixed.tar.gz"
+    if not tar_path.is_file():
         pytest.skip("committed H100 run absent")
-    out = tmp_path_factory.mktemp("call11")
-    with tarfile.open(CALL11) as tar:
+    out = tmp_path_factory.mktemp(call)
+    with tarfile.open(tar_path) as tar:
         tar.extractall(out, filter="data")
     return out / "loops" / "infer_mixed" / "fine"
+
+
+@pytest.fixture(scope="module")
+def infer_mixed_h100(tmp_path_factory) -> Path:
+    return _fine_run(tmp_path_factory, "h100_call11")
 
 
 def _per_step(res, phase):
@@ -127,13 +133,7 @@ def test_a_split_that_moves_with_a_lag_the_run_cannot_rule_out_is_not_reported(i
 
 @pytest.fixture(scope="module")
 def infer_mixed_h100_call13(tmp_path_factory) -> Path:
-    tar_path = CALL11.parents[1] / "h100_call13" / "infer_mixed.tar.gz"
-    if not tar_path.is_file():
-        pytest.skip("committed H100 run absent")
-    out = tmp_path_factory.mktemp("call13")
-    with tarfile.open(tar_path) as tar:
-        tar.extractall(out, filter="data")
-    return out / "loops" / "infer_mixed" / "fine"
+    return _fine_run(tmp_path_factory, "h100_call13")
 
 
 def test_a_lag_that_fits_as_well_at_another_buffer_window_is_carried(infer_mixed_h100_call13):
