@@ -66,6 +66,9 @@ class profile:  # noqa: N801 - used as `with jouleprof.profile(...)`, like a fun
         repeat: opt-in phase repetition: a `RepeatConfig` (or True for its defaults) runs the
             phases given to `prof.replay(name, fn)` twice in some steps of a calibration
             window (docs/excitation.md, "Repeated phases"). None: each runs once.
+        sensor: a sensor file (`jouleprof attribute --save-sensor`, `jouleprof sensors
+            --lag-out`) or a `SensorFit`: the regression on exit takes its power-buffer lag as
+            the prior, where the run measured the same GPU model (docs/attribution.md).
 
     After the block: `prof.run_dir` (Path), `prof.phases` (the phases table, a DataFrame, or
     None), `prof.method` (which method made it), `prof.summary` (the run's figures),
@@ -87,6 +90,7 @@ class profile:  # noqa: N801 - used as `with jouleprof.profile(...)`, like a fun
         device: Any = None,
         excite: Any = None,
         repeat: Any = None,
+        sensor: Any = None,
     ) -> None:
         from jouleprof.timeline.excite import ExciteConfig
         from jouleprof.timeline.opt_in import opt_in
@@ -108,6 +112,7 @@ class profile:  # noqa: N801 - used as `with jouleprof.profile(...)`, like a fun
         self.device = device
         self.excite = opt_in(excite, ExciteConfig, "excite")
         self.repeat = repeat_config(repeat)
+        self.sensor = _sensor_fit(sensor)
         self.measurement: Any = None
         self.recorder: Any = None
         self.run_dir: Path | None = None
@@ -234,10 +239,12 @@ class profile:  # noqa: N801 - used as `with jouleprof.profile(...)`, like a fun
 
         status: dict[str, Any] = {}
         chosen = None
+        lag = self._sensor_options(rd, quiet)
         for method in METHODS:
+            opts = lag if method == "regression" else {}
             try:
                 with working(f"attributing by {method}…", quiet=quiet):
-                    res = attribute(rd.path, method, warmup_steps=self.warmup_steps)
+                    res = attribute(rd.path, method, warmup_steps=self.warmup_steps, **opts)
             except JouleprofError as e:
                 status[method] = {"ok": False, "reason": str(e)}
                 if not quiet:
@@ -246,6 +253,8 @@ class profile:  # noqa: N801 - used as `with jouleprof.profile(...)`, like a fun
             df = res.to_frame()
             rd.write_phases(df, f"phases_{method}.csv")
             status[method] = {"ok": True}
+            if opts:
+                status[method]["buffer_lag_prior_s"] = opts["buffer_lag_s"]
             record_costs(status[method], res)  # what the excitation or the repeats cost
             if chosen is None:
                 rd.write_phases(df)
@@ -255,6 +264,24 @@ class profile:  # noqa: N801 - used as `with jouleprof.profile(...)`, like a fun
         rec.extra["attribution_phases_csv"] = chosen
         rd.write_record(rec)
         return chosen
+
+    def _sensor_options(self, rd, quiet: bool) -> dict[str, float]:
+        """The sensor file's regression options, or none where it is from another GPU model."""
+        from jouleprof.attribution.sensor_file import SensorFileError, check_gpu, run_gpu_models
+        from jouleprof.cli.console import note
+
+        if self.sensor is None:
+            return {}
+        try:
+            for dev, model in run_gpu_models(rd.path).items():
+                check_gpu(self.sensor, model, f"this run's {dev}")
+        except SensorFileError as e:
+            note(f"jouleprof.profile: sensor file not used: {e}")
+            return {}
+        if not quiet:
+            note(f"jouleprof.profile: buffer lag {1e3 * self.sensor.buffer_lag_s:.2f} ms ±0.5 "
+                 f"from {self.sensor.from_run}")  # fmt: skip
+        return self.sensor.options()
 
     def _print(self) -> None:
         from rich.markup import escape
@@ -272,3 +299,16 @@ class profile:  # noqa: N801 - used as `with jouleprof.profile(...)`, like a fun
         if sim:
             err_console.print(f"[bold magenta]{escape(sim['note'])}[/]", highlight=False)
         note(f"run directory: {self.run_dir}")
+
+
+def _sensor_fit(sensor: Any):
+    """A `SensorFit` from a sensor file's path, as given, or None.
+
+    Raises:
+        SensorFileError: a path that is not a readable sensor file (checked before the run).
+    """
+    from jouleprof.attribution.sensor_file import SensorFit, read_sensor
+
+    if sensor is None or isinstance(sensor, SensorFit):
+        return sensor
+    return read_sensor(sensor)
