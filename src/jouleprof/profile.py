@@ -267,20 +267,19 @@ class profile:  # noqa: N801 - used as `with jouleprof.profile(...)`, like a fun
 
     def _sensor_options(self, rd, quiet: bool) -> dict[str, float]:
         """The sensor file's regression options, or none where it is from another GPU model."""
-        from jouleprof.attribution.sensor_file import SensorFileError, check_gpu, run_gpu_models
+        from jouleprof.attribution.sensor_file import SENSOR_LAG_SD_S, SensorFileError, check_run
         from jouleprof.cli.console import note
 
         if self.sensor is None:
             return {}
         try:
-            for dev, model in run_gpu_models(rd.path).items():
-                check_gpu(self.sensor, model, f"this run's {dev}")
+            check_run(self.sensor, rd.path)
         except SensorFileError as e:
             note(f"jouleprof.profile: sensor file not used: {e}")
             return {}
         if not quiet:
-            note(f"jouleprof.profile: buffer lag {1e3 * self.sensor.buffer_lag_s:.2f} ms ±0.5 "
-                 f"from {self.sensor.from_run}")  # fmt: skip
+            note(f"jouleprof.profile: buffer lag {1e3 * self.sensor.buffer_lag_s:.2f} ms "
+                 f"±{1e3 * SENSOR_LAG_SD_S:g} from {self.sensor.from_run}")  # fmt: skip
         return self.sensor.options()
 
     def _print(self) -> None:

@@ -62,10 +62,8 @@ class LagProfile:
 
     def compatible_range_s(self) -> tuple[float, float]:
         """The lowest and highest lag the run cannot rule out (the fitted one included)."""
-        ok = self.lags_s[self.compatible]
-        lo = min(self.fitted_lag_s, float(ok.min())) if len(ok) else self.fitted_lag_s
-        hi = max(self.fitted_lag_s, float(ok.max())) if len(ok) else self.fitted_lag_s
-        return lo, hi
+        ok = np.append(self.lags_s[self.compatible], self.fitted_lag_s)
+        return float(ok.min()), float(ok.max())
 
     def compatible_text(self) -> str:
         """The lags the run cannot rule out, as runs of the grid ("2.9-3.9 ms, 6.4 ms"), and

@@ -78,6 +78,13 @@ def run_gpu_models(run_dir: str | os.PathLike[str]) -> dict[str, str]:
     return {g["device"]: g["name"] for g in hw.get("gpus") or () if "device" in g and "name" in g}
 
 
+def fit_of_run(dev: DeviceAttribution, run_dir: str | os.PathLike[str]) -> SensorFit:
+    """The lag a regression attribution of `run_dir` fitted on one device, its GPU model as
+    the run recorded it (`from_attribution`)."""
+    gpu = run_gpu_models(run_dir).get(dev.device, "unknown GPU")
+    return from_attribution(dev, gpu, str(run_dir))
+
+
 def from_attribution(dev: DeviceAttribution, gpu: str, run: str) -> SensorFit:
     """The lag a regression attribution fitted on one device.
 
@@ -148,3 +155,10 @@ def check_gpu(fit: SensorFit, gpu: str | None, where: str) -> None:
             f"the sensor file is from an {fit.gpu} ({fit.from_run}), {where} measured an {gpu}: "
             "write one on this GPU model (jouleprof attribute RUN --save-sensor FILE)"
         )
+
+
+def check_run(fit: SensorFit, run_dir: str | os.PathLike[str], device: str | None = None) -> None:
+    """`check_gpu` for each GPU the run recorded (only `device`'s where one is given)."""
+    for dev, model in run_gpu_models(run_dir).items():
+        if device is None or dev == device:
+            check_gpu(fit, model, f"{run_dir}'s {dev}")

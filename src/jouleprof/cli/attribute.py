@@ -298,22 +298,20 @@ def print_phases_file(run_dir: Path, name: str = "phases.csv") -> bool:
 def _sensor_options(path: Path, run_dir: Path, device: str | None) -> dict[str, float]:
     """The regression options of a sensor file, checked against the run's GPU model(s)."""
     from jouleprof.attribution.sensor_file import (
+        SENSOR_LAG_SD_S,
         SensorFileError,
-        check_gpu,
+        check_run,
         read_sensor,
-        run_gpu_models,
     )
 
     try:
         fit = read_sensor(path)
-        models = run_gpu_models(run_dir)
-        for dev, model in models.items():
-            if device is None or dev == device:
-                check_gpu(fit, model, f"{run_dir}'s {dev}")
+        check_run(fit, run_dir, device)
     except SensorFileError as e:
         fail(str(e))
     how = "a run with varied steps" if fit.varied else "a run whose steps were all alike"
-    note(f"buffer lag {1e3 * fit.buffer_lag_s:.2f} ms ±0.5 from {path} ({how}: {fit.from_run})")
+    note(f"buffer lag {1e3 * fit.buffer_lag_s:.2f} ms ±{1e3 * SENSOR_LAG_SD_S:g} from {path} "
+         f"({how}: {fit.from_run})")  # fmt: skip
     if not (run_dir / "power_buffer.csv").is_file():
         note(f"{run_dir} recorded no power buffer (power_buffer.csv), so the lag goes unused")
     return fit.options()
@@ -321,12 +319,7 @@ def _sensor_options(path: Path, run_dir: Path, device: str | None) -> dict[str, 
 
 def _save_sensor(path: Path, run_dir: Path, result, device: str | None) -> None:
     """Write the lag the attribution fitted (one device) to the sensor file `path`."""
-    from jouleprof.attribution.sensor_file import (
-        SensorFileError,
-        from_attribution,
-        run_gpu_models,
-        write_sensor,
-    )
+    from jouleprof.attribution.sensor_file import SensorFileError, fit_of_run, write_sensor
 
     devs = [d for d in result.devices if device is None or d.device == device]
     if len(devs) != 1:
@@ -334,8 +327,7 @@ def _save_sensor(path: Path, run_dir: Path, result, device: str | None) -> None:
              "writes (the phases files are written)")  # fmt: skip
     dev = devs[0]
     try:
-        fit = from_attribution(dev, run_gpu_models(run_dir).get(dev.device, "unknown GPU"),
-                               str(run_dir))  # fmt: skip
+        fit = fit_of_run(dev, run_dir)
         write_sensor(path, fit)
     except SensorFileError as e:
         fail(f"{e} (the phases files are written)")

@@ -86,12 +86,7 @@ def _measure_lag(out: Path, seconds: float, gpu: int, run_dir: Path | None) -> N
     if not torch.cuda.is_available():
         fail("--lag-out measures a GPU's power buffer, and torch sees no CUDA GPU here")
     from jouleprof.attribution.api import attribute
-    from jouleprof.attribution.sensor_file import (
-        SensorFileError,
-        from_attribution,
-        run_gpu_models,
-        write_sensor,
-    )
+    from jouleprof.attribution.sensor_file import SensorFileError, fit_of_run, write_sensor
     from jouleprof.bench.sensor_lag import run_lag_loop
     from jouleprof.errors import JouleprofError
 
@@ -100,7 +95,7 @@ def _measure_lag(out: Path, seconds: float, gpu: int, run_dir: Path | None) -> N
     try:
         rd = run_lag_loop(where, seconds, gpu)
         dev = attribute(rd, "regression", device=f"gpu{gpu}").devices[0]
-        fit = from_attribution(dev, run_gpu_models(rd).get(dev.device, "unknown GPU"), str(rd))
+        fit = fit_of_run(dev, rd)
         write_sensor(out, fit)
     except (JouleprofError, SensorFileError, ValueError) as e:
         fail(f"the lag could not be measured: {e} (run directory: {where})")
