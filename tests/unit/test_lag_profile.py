@@ -16,8 +16,10 @@ from jouleprof.attribution.lag_profile import (
     LagProfile,
     lags_to_try,
     paired_excess,
+    remedy_text,
     spread_rows,
 )
+from jouleprof.attribution.regression_config import RegressionConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 CALL11 = ROOT / "benchmarks" / "results" / "ref_loops" / "h100_call11" / "infer_mixed.tar.gz"
@@ -82,6 +84,13 @@ def test_the_lags_not_ruled_out_are_named_as_runs_of_the_grid():
     assert text([0] * 8) == "no other lag"
 
 
+def test_the_note_names_a_sensor_file_only_where_the_prior_is_the_default():
+    default = remedy_text(RegressionConfig())
+    assert "jouleprof sensors --lag-out" in default and "excitation" in default
+    carried = remedy_text(RegressionConfig(buffer_lag_s=0.0037, buffer_lag_sd_s=0.0005))
+    assert "--lag-out" not in carried and "excitation" in carried  # a file is in use already
+
+
 def _fine_run(tmp_path_factory, call: str) -> Path:
     """The committed infer_mixed fine run of ref_loops/<call>, unpacked (skip if absent)."""
     tar_path = CALL11.parents[1] / call / "infer_mixed.tar.gz"
@@ -120,7 +129,8 @@ def test_a_split_that_moves_with_a_lag_the_run_cannot_rule_out_is_not_reported(i
     prof = new.diagnostics["buffer"]["lag_profile"]
     lo_s, hi_s = prof["compatible_range_s"]
     assert lo_s < 0.0035 and hi_s == pytest.approx(prof["fitted_lag_s"])
-    assert any(n.startswith("buffer lag: ") for n in new.notes)
+    note = next(n for n in new.notes if n.startswith("buffer lag: "))
+    assert "--lag-out" in note and "excitation" in note  # the note says what would pin it
     row, e, lo, hi = _per_step(new, "log")
     assert not row.resolved and lo < max(refs_log_j)
     assert not _per_step(new, "loss_fp32")[0].resolved

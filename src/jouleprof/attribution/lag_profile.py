@@ -251,5 +251,19 @@ def lag_spread(
         f"{prof.compatible_text()} (a paired test over {block_s:.2g} s blocks of the run); "
         "each interval reaches the energies fitted at "
         + " and ".join(f"{1e3 * v:.1f} ms" for v in to)
+        + "; "
+        + remedy_text(cfg)
     )
     return prof, rows, note
+
+
+def remedy_text(cfg: RegressionConfig) -> str:
+    """What pins the lag where the run cannot: with the default prior, a lag measured on this
+    machine (a sensor file); with any prior, steps that vary (excitation)."""
+    excite = "a run whose steps vary (excitation, docs/excitation.md) pins it"
+    if cfg.buffer_lag_sd_s < RegressionConfig.buffer_lag_sd_s:
+        return excite
+    return (
+        "to pin it, measure the lag on this machine (jouleprof sensors --lag-out FILE) and "
+        "attribute with --sensor FILE, or " + excite
+    )
