@@ -151,7 +151,7 @@ def group_rows(
             continue
         note = (
             f"weighed together on request; its {100 * confidence:.0f}% interval "
-            f"[{lo:.4g}, {hi:.4g}] J is wider than the estimate {e:.4g} J"
+            f"[{lo:.4g}, {hi:.4g}] J over the run is wider than the estimate {e:.4g} J"
         )
         row = unresolved(label, t, n_steps, method, note, device)
         out.append(replace(row, estimate_j=e, estimate_lo_j=lo, estimate_hi_j=hi))

@@ -260,10 +260,10 @@ def lag_spread(
 def remedy_text(cfg: RegressionConfig) -> str:
     """What pins the lag where the run cannot: with the default prior, a lag measured on this
     machine (a sensor file); with any prior, steps that vary (excitation)."""
-    excite = "a run whose steps vary (excitation, docs/excitation.md) pins it"
+    excite = "steps that vary (excitation, docs/excitation.md)"
     if cfg.buffer_lag_sd_s < RegressionConfig.buffer_lag_sd_s:
-        return excite
+        return "to pin it: " + excite
     return (
-        "to pin it, measure the lag on this machine (jouleprof sensors --lag-out FILE) and "
-        "attribute with --sensor FILE, or " + excite
+        "to pin it: a lag measured on this machine (jouleprof sensors --lag-out FILE, then "
+        "attribute --sensor FILE), or " + excite
     )

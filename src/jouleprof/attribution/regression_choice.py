@@ -201,8 +201,8 @@ def widen_to(
         lo, hi, d = b
         if hi - lo > p.energy_j:
             why = (
-                f"its interval [{lo:.4g}, {hi:.4g}] J, widened by how much {what} move it "
-                f"({d:.3g} J), is wider than the estimate {p.energy_j:.4g} J"
+                f"its interval over the run [{lo:.4g}, {hi:.4g}] J, widened by how much {what} "
+                f"move it ({d:.3g} J), is wider than the estimate {p.energy_j:.4g} J"
             )
             row = unresolved(p.phase, p.time_s, p.n_steps, p.method, why, p.device)
             phases.append(replace(row, estimate_j=p.energy_j, estimate_lo_j=lo, estimate_hi_j=hi,

@@ -126,8 +126,8 @@ def _phase_results(
             unphysical.add(name)
         elif hi - lo > e:
             why = (
-                f"its {100 * cfg.confidence:.0f}% interval [{lo:.4g}, {hi:.4g}] J is wider than "
-                f"the estimate {e:.4g} J"
+                f"its {100 * cfg.confidence:.0f}% interval [{lo:.4g}, {hi:.4g}] J over the run is "
+                f"wider than the estimate {e:.4g} J"
             )
         if why is not None:
             row = unresolved(name, time_s, n_steps, METHOD, why, device)
