@@ -344,7 +344,8 @@ holding the grid alone changes), and with the kernel; each with the plain and th
 model; and from the counter's rows alone (no instant field), plain, without and with it."""
 TOP = ("forward", "backward", "optimizer", "ema", "optimizer+ema")
 _UNRESOLVED = re.compile(
-    r"interval \[([-\d.e+]+), ([-\d.e+]+)\] J is wider than the estimate ([-\d.e+]+) J"
+    r"interval \[([-\d.e+]+), ([-\d.e+]+)\] J (?:over the run )?is wider than "
+    r"the estimate ([-\d.e+]+) J"
 )
 
 
