@@ -248,6 +248,12 @@ def test_coverage_counts_resolved_phases_holding_their_reference_per_card_and_me
     assert t.loc["H200", "ref_inside"] == 1 and t.loc["H200", "inside_within_target"] == 0
     (tmp_path / "h100_x").mkdir()
     assert cov.main([str(tmp_path / "h100_x"), "--out", str(tmp_path / "c.csv")]) == 2
+    # --by-schedule: the loop's name says how its steps were scheduled
+    assert [cov.schedule_of(n) for n in ("vit_accum", "vit_accum_excite", "user4_repeat")] == [
+        "plain", "excite", "repeat"]  # fmt: skip
+    both = pd.concat([h100.assign(loop="vit_accum"), h100.assign(loop="vit_accum_excite")])
+    t = cov.coverage({"h100_x": both}, 10.0, 5.0, by_schedule=True).set_index("schedule")
+    assert list(t.index) == ["excite", "plain"] and (t["resolved"] == 2).all()
 
 
 def test_repeat_split_names_each_steps_second_run_of_the_phase_apart():
