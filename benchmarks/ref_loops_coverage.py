@@ -6,6 +6,10 @@ and how many are also within the target.
 
     PYTHONPATH=src python3 benchmarks/ref_loops_coverage.py DIR [DIR ...] --out FILE.csv
 
+Joint rows ("a+b": phases the fit weighs together) are counted apart from phases (column
+`row`: phase or joint): they are not phases of their own, and their reference is the sum of
+their phases' references, which misses what the two cost only together (docs/validation.md).
+
 A folder whose name starts with "h100" is the H100's; every other folder the H200's. With
 --by-schedule the rows are also split by how the loop's steps were scheduled, from its name:
 plain (every step alike), excite (short gaps in a fraction of the steps), edges (long idle
@@ -34,15 +38,21 @@ def schedule_of(loop: str) -> str:
     return next((k for k in SCHEDULES if loop.endswith("_" + k)), "plain")
 
 
+def row_kind(phase: str) -> str:
+    """joint for a joint row ("a+b"), else phase."""
+    return "joint" if "+" in phase else "phase"
+
+
 def coverage(
     frames: dict[str, pd.DataFrame],
     min_share_pct: float,
     target_pct: float,
     by_schedule: bool = False,
 ):
-    """One row per (card, method), or per (card, schedule, method) with `by_schedule`: phases
-    with a reference, resolved, reference inside the interval, inside and within ±target_pct,
-    the median half-width of the resolved ones."""
+    """One row per (card, method, row), or per (card, schedule, method, row) with
+    `by_schedule` (row: "phase", or "joint" for a joint row): rows with a reference, resolved,
+    reference inside the interval, inside and within ±target_pct, the median half-width of the
+    resolved ones."""
     rows = []
     for folder, d in frames.items():
         d = d[d["ref_j"].notna() & (d["share_pct"] >= min_share_pct)]
@@ -50,10 +60,11 @@ def coverage(
     if not rows:
         return pd.DataFrame()
     d = pd.concat(rows)
-    keys = ["card", "method"]
+    d = d.assign(row=d["phase"].astype(str).map(row_kind))
+    keys = ["card", "method", "row"]
     if by_schedule:
         d = d.assign(schedule=d["loop"].map(schedule_of))
-        keys = ["card", "schedule", "method"]
+        keys = ["card", "schedule", "method", "row"]
     out = []
     for key, g in d.groupby(keys, sort=True):
         res = g[g["resolved"].astype(str).isin(TRUE)]

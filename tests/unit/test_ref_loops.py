@@ -240,9 +240,13 @@ def test_coverage_counts_resolved_phases_holding_their_reference_per_card_and_me
         ("regression", "c", 5.0, 1.0, True, True, 1.0, 9.0),  # below 10 %: not counted
         ("regression", "d", 20.0, None, True, True, 1.0, 9.0),  # no reference: not counted
         ("regression", "e", 15.0, 1.0, False, None, None, None),
+        ("regression", "a+b", 90.0, 1.0, True, False, 8.0, 3.0),  # a joint row: apart
     ])  # fmt: skip
     h200 = frame([("regression", "a", 60.0, 1.0, True, True, 6.0, 8.0)])
-    t = cov.coverage({"h100_x": h100, "h200": h200}, 10.0, 5.0).set_index("card")
+    t = cov.coverage({"h100_x": h100, "h200": h200}, 10.0, 5.0)
+    joint = t[t["row"] == "joint"].set_index("card")
+    assert list(joint.index) == ["H100"] and joint.loc["H100", "ref_inside"] == 0
+    t = t[t["row"] == "phase"].set_index("card")
     assert t.loc["H100", "phases"] == 3 and t.loc["H100", "resolved"] == 2
     assert t.loc["H100", "ref_inside"] == 1 and t.loc["H100", "inside_within_target"] == 1
     assert t.loc["H200", "ref_inside"] == 1 and t.loc["H200", "inside_within_target"] == 0
@@ -252,7 +256,8 @@ def test_coverage_counts_resolved_phases_holding_their_reference_per_card_and_me
     assert [cov.schedule_of(n) for n in ("vit_accum", "vit_accum_excite", "user4_repeat")] == [
         "plain", "excite", "repeat"]  # fmt: skip
     both = pd.concat([h100.assign(loop="vit_accum"), h100.assign(loop="vit_accum_excite")])
-    t = cov.coverage({"h100_x": both}, 10.0, 5.0, by_schedule=True).set_index("schedule")
+    t = cov.coverage({"h100_x": both}, 10.0, 5.0, by_schedule=True)
+    t = t[t["row"] == "phase"].set_index("schedule")
     assert list(t.index) == ["excite", "plain"] and (t["resolved"] == 2).all()
 
 
