@@ -1,12 +1,14 @@
 """A GPU's power-buffer lag, fitted on one run and carried to others (`--save-sensor`,
 `--sensor`).
 
-The lag between a power-buffer sample's window and its stamp belongs to the sensor, not to the
-loop; but a run whose steps are all alike cannot pin it: the fit settles wherever the loop's
-misfit leads. On an H100, three plain 60 s runs of one inference loop fitted 5.9, 6.0 and
-6.2 ms: two left its loss unresolved, and the third put the loss 34 % low and its two
-largest phases 3–7 % off (the lag's profile, `attribution.lag_profile`, widens such a run's
-intervals, but cannot tell which lag is right). The same loop with short
+The lag between a power-buffer sample's window and its stamp is mostly the sensor's (on H100s
+jouleprof's lag loop fitted 3.5-4.0 ms on three boards, and varied runs of two loops 3.7-3.8
+ms; a ViT loop's varied runs fitted 4.5-4.8 ms in two other calls, so it moves by up to 1 ms
+with the board or the load); but a run whose steps are all alike cannot pin it: the fit
+settles wherever the loop's misfit leads. On an H100, three plain 60 s runs of one inference
+loop fitted 5.9, 6.0 and 6.2 ms: two left its loss unresolved, and the third put the loss
+34 % low and its two largest phases 3–7 % off (the lag's profile, `attribution.lag_profile`,
+widens such a run's intervals, but cannot tell which lag is right). The same loop with short
 gaps between phases in 18 % of its steps (excitation), or with long idle gaps, fitted 3.74
 and 3.79 ms at a sharp minimum, and met ±5 % on every phase of ≥ 10 %. With 3.75 ± 0.5 ms
 as the prior, every phase of ≥ 10 % of the three plain runs came out inside its interval,
@@ -14,9 +16,10 @@ and two of them met the target (benchmarks/results/ref_loops/README.md, "The buf
 from a varied run").
 
 So a run measured with varied steps writes its fitted lag to a small JSON file, and
-attribution of any run on the same GPU model takes it as the lag's prior (`options`), σ
-SENSOR_LAG_SD_S: the fit still refines it, and the intervals still carry the lag's spread
-(the profile then spans the prior's ±2σ, so they come out narrower than without the file).
+attribution of any run on the same GPU model (best: the same machine, a similar load) takes
+it as the lag's prior (`options`), σ SENSOR_LAG_SD_S: the fit still refines it, and the
+intervals still carry the lag's spread (the profile then spans the prior's ±2σ, so they come
+out narrower than without the file).
 """
 
 from __future__ import annotations

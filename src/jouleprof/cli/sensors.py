@@ -74,8 +74,11 @@ def _measure_lag(out: Path, seconds: float, gpu: int, run_dir: Path | None) -> N
     """Run the lag loop (`bench.sensor_lag`), attribute it, and write the sensor file."""
     import tempfile
 
-    if seconds < 10:
-        fail(f"--lag-s {seconds:g} is too short to pin the lag: give at least 10 (30 is usual)")
+    from jouleprof.bench.sensor_lag import MIN_SECONDS, run_lag_loop
+
+    if seconds < MIN_SECONDS:
+        fail(f"--lag-s {seconds:g} is too short to pin the lag: give at least {MIN_SECONDS:g} "
+             "(30 is usual)")  # fmt: skip
     if run_dir is not None and run_dir.exists():
         fail(f"{run_dir} exists: give a new directory for --run-dir (nothing is overwritten)")
     try:
@@ -87,7 +90,6 @@ def _measure_lag(out: Path, seconds: float, gpu: int, run_dir: Path | None) -> N
         fail("--lag-out measures a GPU's power buffer, and torch sees no CUDA GPU here")
     from jouleprof.attribution.api import attribute
     from jouleprof.attribution.sensor_file import SensorFileError, fit_of_run, write_sensor
-    from jouleprof.bench.sensor_lag import run_lag_loop
     from jouleprof.errors import JouleprofError
 
     where = run_dir or Path(tempfile.mkdtemp(prefix="jouleprof-lag-")) / "run"
