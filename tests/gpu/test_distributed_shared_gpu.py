@@ -91,6 +91,10 @@ def test_two_ranks_on_one_board_count_it_once(tmp_path):
     # the ranks' own readings overlap on the one board: their sum counts rank 0's window twice
     per_rank = [p["energy_j"] for p in red["per_rank"]]
     assert sum(per_rank) > red["gpu_energy_j"] + 0.5 * d[0]["direct_j"], (per_rank, d)
+    print(
+        f"shared board: {board['energy_j']:.1f} J from rank 1, direct {d[1]['direct_j']:.1f} J; "
+        f"ranks' own {per_rank[0]:.1f} + {per_rank[1]:.1f} J, rank 0's {d[0]['direct_j']:.1f} J"
+    )
 
     # The CLI form: two processes, each `jouleprof measure -- CMD`, one board between them.
     out2 = tmp_path / "cli"
