@@ -1,10 +1,11 @@
 """Two ranks on one real GPU under torchrun (gloo): the board both ranks measure counts once.
 
-Both ranks compute on cuda:0 (rank 1 twice as long) and read that board's NVML counter at the
-edges of their own measured body. The job's reduction must find one physical GPU, shared by
-both ranks, and take its energy once, from the rank whose work window is the longer, which
+Both ranks compute on cuda:0 (rank 1 twice as long; an all-reduce then holds rank 0 until
+rank 1 is done, so both measured windows span the job) and read that board's NVML counter at
+the edges of their own measured body. The job's reduction must find one physical GPU, shared
+by both ranks, and take its energy once, from the rank whose work window is the longer, which
 agrees with that rank's direct counter delta; the sum of the two ranks' own readings counts
-the overlap twice and is well above it. `jouleprof measure -- CMD` under torchrun, two
+the board twice. `jouleprof measure -- CMD` under torchrun, two
 processes on one board, counts it once as well. This runs on any single-GPU machine, the
 multi-GPU test (`test_distributed_multi_gpu.py`) needs two or more."""
 
@@ -81,18 +82,20 @@ def test_two_ranks_on_one_board_count_it_once(tmp_path):
     assert any("shared" in n for n in rec["notes"]), rec["notes"]
     (board,) = [g for g in red["gpus"] if g["assigned"]]
     assert sorted(board["ranks"]) == [0, 1]
-    # taken once, from rank 1, whose window (4 s of matmuls) holds rank 0's (2 s)
-    assert board["measured_by"] == 1
+    # taken once, from the rank with the longer window: the all-reduce holds rank 0 until
+    # rank 1's 4 s of matmuls end, so both windows span the job and either may be the longer
+    k = board["measured_by"]
+    assert k in (0, 1)
     assert red["gpu_energy_j"] == pytest.approx(board["energy_j"], rel=1e-9)
-    d = [json.loads((direct / f"direct{k}.json").read_text()) for k in (0, 1)]
+    d = [json.loads((direct / f"direct{r}.json").read_text()) for r in (0, 1)]
     # the window holds the direct one by a few ms at each edge; a direct read may be one
     # 100 ms refresh stale at either end: 0.2 s at ≤ 800 W either way
-    assert abs(board["energy_j"] - d[1]["direct_j"]) <= 0.2 * 800.0, (board, d)
-    # the ranks' own readings overlap on the one board: their sum counts rank 0's window twice
+    assert abs(board["energy_j"] - d[k]["direct_j"]) <= 0.2 * 800.0, (board, d)
+    # the ranks' own readings are of the one board over the same job: their sum counts it twice
     per_rank = [p["energy_j"] for p in red["per_rank"]]
-    assert sum(per_rank) > red["gpu_energy_j"] + 0.5 * d[0]["direct_j"], (per_rank, d)
+    assert sum(per_rank) > 1.8 * red["gpu_energy_j"], (per_rank, d)
     print(
-        f"shared board: {board['energy_j']:.1f} J from rank 1, direct {d[1]['direct_j']:.1f} J; "
+        f"shared board: {board['energy_j']:.1f} J from rank {k}, direct {d[k]['direct_j']:.1f} J; "
         f"ranks' own {per_rank[0]:.1f} + {per_rank[1]:.1f} J, rank 0's {d[0]['direct_j']:.1f} J"
     )
 
