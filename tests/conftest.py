@@ -25,6 +25,17 @@ def gpu_available() -> bool:
         return False
 
 
+@functools.cache
+def cuda_device_count() -> int:
+    """CUDA devices torch can use here (0 without torch's CUDA build or a GPU)."""
+    try:
+        import torch
+
+        return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except ImportError:
+        return 0
+
+
 def pytest_collection_modifyitems(config, items):
     if gpu_available():
         return

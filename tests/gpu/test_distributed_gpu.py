@@ -15,6 +15,8 @@ import textwrap
 
 import pytest
 
+from conftest import cuda_device_count
+
 pytestmark = pytest.mark.gpu
 
 _SCRIPT = textwrap.dedent("""
@@ -47,16 +49,7 @@ _SCRIPT = textwrap.dedent("""
 """)
 
 
-def _gpu_ready() -> bool:
-    try:
-        import torch
-
-        return torch.cuda.is_available()
-    except ImportError:
-        return False
-
-
-@pytest.mark.skipif(not _gpu_ready(), reason="needs a CUDA GPU")
+@pytest.mark.skipif(cuda_device_count() < 1, reason="needs a CUDA GPU")
 def test_one_rank_torchrun_measures_its_own_board(tmp_path):
     script = tmp_path / "job.py"
     script.write_text(_SCRIPT)

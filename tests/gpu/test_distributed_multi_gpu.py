@@ -18,6 +18,8 @@ import textwrap
 
 import pytest
 
+from conftest import cuda_device_count
+
 pytestmark = pytest.mark.gpu
 
 _SCRIPT = textwrap.dedent("""
@@ -73,15 +75,6 @@ _SCRIPT = textwrap.dedent("""
 """)
 
 
-def _gpu_count() -> int:
-    try:
-        import torch
-
-        return torch.cuda.device_count() if torch.cuda.is_available() else 0
-    except ImportError:
-        return 0
-
-
 def _torchrun(n: int, port_offset: int, *args: str, timeout: float):
     """torchrun with `n` processes running `args`, NVLink multicast off (the lent multi-GPU
     hosts ask for it: a program using it can put a shared host's GPUs out of service) and CUDA
@@ -99,9 +92,9 @@ def _torchrun(n: int, port_offset: int, *args: str, timeout: float):
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
 
 
-@pytest.mark.skipif(_gpu_count() < 2, reason="needs 2 or more CUDA GPUs on this host")
+@pytest.mark.skipif(cuda_device_count() < 2, reason="needs 2 or more CUDA GPUs on this host")
 def test_every_gpu_counted_once_and_each_matches_its_own_counter(tmp_path):
-    n = _gpu_count()
+    n = cuda_device_count()
     script = tmp_path / "job.py"
     script.write_text(_SCRIPT)
     out1, out2, direct = tmp_path / "measure", tmp_path / "profile", tmp_path / "direct"

@@ -19,6 +19,8 @@ import textwrap
 
 import pytest
 
+from conftest import cuda_device_count
+
 pytestmark = pytest.mark.gpu
 
 _SCRIPT = textwrap.dedent("""
@@ -50,15 +52,6 @@ _SCRIPT = textwrap.dedent("""
 """)
 
 
-def _gpu_ready() -> bool:
-    try:
-        import torch
-
-        return torch.cuda.is_available()
-    except ImportError:
-        return False
-
-
 def _torchrun(*args: str, timeout: float) -> subprocess.CompletedProcess:
     env = {**os.environ, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
     port = 29500 + os.getpid() % 150
@@ -67,7 +60,7 @@ def _torchrun(*args: str, timeout: float) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
 
 
-@pytest.mark.skipif(not _gpu_ready(), reason="needs a CUDA GPU")
+@pytest.mark.skipif(cuda_device_count() < 1, reason="needs a CUDA GPU")
 def test_two_ranks_on_one_board_count_it_once(tmp_path):
     script = tmp_path / "job.py"
     script.write_text(_SCRIPT)
