@@ -67,6 +67,22 @@ def test_a_lag_that_is_no_lag_is_refused(tmp_path):
         read_sensor(p)
 
 
+def test_a_fit_without_buffer_rows_says_how_to_record_one():
+    from jouleprof.attribution.common import build_timeline
+    from jouleprof.attribution.regression import attribute_regression
+    from jouleprof.sensors.simulated_workload import PhaseSpec, simulate_training
+
+    run = simulate_training([PhaseSpec("a", 0.03, 400.0), PhaseSpec("b", 0.05, 600.0)], 80)
+    samples = run.samples_frame()
+    tl = build_timeline(run.spans_frame(), samples["t_s"].min(), samples["t_s"].max())
+    dev = attribute_regression(samples, tl, "gpu0")
+    with pytest.raises(SensorFileError) as e:
+        from_attribution(dev, H100, "runs/sim")
+    msg = str(e.value)
+    assert "no power-buffer rows" in msg and "jouleprof measure --power-buffer" in msg
+    assert "--fine" not in msg  # no such option
+
+
 @pytest.fixture(scope="module")
 def h100_runs(tmp_path_factory) -> dict[str, Path]:
     if not (CALL13 / "infer_mixed.tar.gz").is_file():

@@ -81,14 +81,23 @@ def _read_buffer(rd: RunDir, cfg: RegressionConfig | None):
     return df.sort_values("t_s", kind="stable").reset_index(drop=True)
 
 
-def _record_extra(rd: RunDir) -> dict[str, Any]:
+def _record_extra(rd: RunDir, warn: bool = True) -> dict[str, Any]:
     """run.json's `extra` (empty where run.json is missing or unreadable: attribution needs only
-    the spans and samples)."""
+    the spans and samples; `warn`: log that a recorded phase repetition is then not seen)."""
     try:
         return dict(rd.read_record().extra or {})
     except (RunDirError, OSError, ValueError) as e:
-        log.warning("run.json not read (%s): a recorded phase repetition is not seen", e)
+        if warn:
+            log.warning("run.json not read (%s): a recorded phase repetition is not seen", e)
         return {}
+
+
+def recorded_after_warmup(extra: dict[str, Any]) -> bool:
+    """Whether a run recorded its steps only after its warm-up had settled (run.json's
+    `extra.measured_segment` with a first recorded step: `jouleprof profile` and study cells),
+    so that none of its recorded steps is warm-up."""
+    seg = extra.get("measured_segment")
+    return isinstance(seg, dict) and seg.get("first_recorded_step") is not None
 
 
 def _regression(samples, tl, dev: str, cfg, buffer, spans, extra, timeline_of) -> DeviceAttribution:
@@ -174,7 +183,9 @@ def attribute(
             the runner's isolation_windows.csv).
         method: "proportional", "regression" or "isolation".
         device: one device to attribute (e.g. "gpu0"); None: all GPUs, summed in `total`.
-        warmup_steps: leading steps to exclude; None: the rule of `common.auto_warmup_steps`.
+        warmup_steps: leading steps to exclude; None: none where the run recorded its steps
+            after its warm-up (`recorded_after_warmup`: `jouleprof profile`, study cells),
+            else the rule of `common.auto_warmup_steps`.
         progress: called with a short description of each stage as it begins ("reading the
             run", "gpu0: refresh grids", "fit: stall model, point", ...); None: silent.
         **opts: `gap_tolerance_s`, and for regression any `RegressionConfig` field (with
@@ -201,7 +212,10 @@ def _attribute(run_dir, method: str, device, warmup_steps, gap_s: float, cfg) ->
         samples = rd.read_samples()
         buffer = _read_buffer(rd, cfg) if method == "regression" else None
         # the repeat rule's and the replay check's input (the check runs with or without buffer)
-        extra = _record_extra(rd) if method == "regression" else {}
+        regression = method == "regression"
+        extra = _record_extra(rd, warn=regression) if regression or warmup_steps is None else {}
+    if warmup_steps is None and recorded_after_warmup(extra):
+        warmup_steps = 0
     devices = _devices(samples, device)
     out: list[DeviceAttribution] = []
     for dev in devices:

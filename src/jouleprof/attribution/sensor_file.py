@@ -98,7 +98,9 @@ def from_attribution(dev: DeviceAttribution, gpu: str, run: str) -> SensorFit:
     if dev.method != "regression" or not buf:
         raise SensorFileError(
             f"{run} ({dev.device}): the regression used no power-buffer rows, so it fitted no "
-            "lag to save; measure in fine mode (jouleprof measure --fine) or with --power-buffer"
+            "lag to save; record NVML's power buffer on a GPU that has one (jouleprof.profile "
+            "records it, as do jouleprof profile and jouleprof measure --power-buffer); a "
+            "simulated GPU has none"
         )
     return SensorFit(
         gpu=gpu,

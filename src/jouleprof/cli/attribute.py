@@ -270,6 +270,23 @@ def write_method_files(run_dir: Path, result, truth: dict[str, float | None] | N
     return path
 
 
+def _refresh_report(run_dir: Path, quiet: bool) -> None:
+    """Rebuild the run's report.html where it has one, so that it shows the phases files just
+    written rather than the ones it was made from."""
+    if not (run_dir / "report.html").is_file():
+        return
+    from jouleprof.errors import JouleprofError
+    from jouleprof.report.html import write_run_report
+
+    try:
+        write_run_report(run_dir)
+    except (JouleprofError, OSError, ValueError) as e:
+        note(f"report.html not updated ({e}): jouleprof report {run_dir} rebuilds it")
+        return
+    if not quiet:
+        note(f"updated {run_dir / 'report.html'} with these phases")
+
+
 def print_phases_file(run_dir: Path, name: str = "phases.csv") -> bool:
     """Print a run's phases table as written (one table per device), the simulated truth
     beside it where the run is simulated. False when there is no such file."""
@@ -347,7 +364,10 @@ def attribute_cmd(
     ] = None,
     warmup_steps: Annotated[
         int | None,
-        typer.Option(help="Leading steps to exclude (default: until step time is stable, ≥ 1)."),
+        typer.Option(
+            help="Leading steps to exclude (default: none where the run recorded its steps "
+            "after its warm-up, as `jouleprof profile` does; else until step time is stable)."
+        ),
     ] = None,
     confidence: Annotated[
         float, typer.Option(help="Regression: coverage of the confidence interval.")
@@ -536,6 +556,7 @@ def attribute_cmd(
                 ],
             }
         print(json.dumps(_finite(doc), indent=2, default=_plain))
+        _refresh_report(run_dir, quiet=True)
         return
     for dev in result.devices:
         e = dev.step_energy_j
@@ -569,6 +590,7 @@ def attribute_cmd(
         )
     also = " and phases.csv" if method == "regression" else ""
     note(f"wrote {path}{also}")
+    _refresh_report(run_dir, quiet=False)
 
 
 def register(app: typer.Typer) -> None:
