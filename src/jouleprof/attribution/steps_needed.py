@@ -6,7 +6,8 @@ the sensor read (it cannot be told from a neighbour). For each, this says how ma
 seconds, at the run's step time) would resolve it, from the fit the run has:
 
 - **too few rows**: the intervals overlapping a phase grow in proportion to the steps, so
-  ``n · min_rows / rows`` steps give it enough;
+  ``n · min_rows / rows`` steps give it enough (at least: an interval fitted from so few rows
+  is mostly the sensor model's spread, no floor, and is judged again once the rows are there);
 - **interval too wide**: an interval has two parts. The block bootstrap's (the noise) falls as
   1/√steps, each block of steps an independent draw of the same noise; the sensor model's
   spread (its grids, the buffer kernel's shape) and how far other bin and buffer-window
@@ -54,7 +55,8 @@ class UnresolvedNeed:
             more steps alone would not say.
         steps_to_target: steps for ±target; None likewise.
         seconds_to_resolve, seconds_to_target: the same at the run's step time.
-        lower_bound: the figure is a lower bound (kind "bound").
+        lower_bound: the figure is a lower bound (kind "bound"; kind "rows": the steps that
+            give it enough rows, after which its interval may still need more).
     """
 
     phase: str
@@ -134,16 +136,20 @@ def need(
             res = _steps(n, noise_rel, fixed_rel, RESOLVED_REL) if rel > RESOLVED_REL else n + 1
             tgt = _steps(n, noise_rel, fixed_rel, target_rel)
     if kind == "rows":
+        # Enough sensor intervals come first. An interval fitted from so few rows is mostly the
+        # sensor model's spread over them, which more rows narrow too: it is no floor here.
         rows_need = max(n + 1, math.ceil(n * min_rows / max(p.n_rows or 0, 1)))
-        res = rows_need if res is None and fixed_rel is None else res
-        res = max(res, rows_need) if res is not None else None
+        res = max(res or 0, rows_need)
+        tgt = max(tgt, res) if tgt is not None else None
+    elif res is not None and tgt is not None:
+        tgt = max(tgt, res)  # ±target is never reached before the phase is resolved
 
     def secs(k: int | None) -> float | None:
         return None if k is None or not step_time_s else k * step_time_s
 
     return UnresolvedNeed(
         p.phase, kind, n, rel, noise_rel, fixed_rel, res, tgt, secs(res), secs(tgt),
-        target_rel, kind == "bound",
+        target_rel, kind in ("bound", "rows"),
     )  # fmt: skip
 
 
@@ -164,13 +170,18 @@ def text(u: UnresolvedNeed) -> str:
     s = f"would need {at_least}~{u.steps_to_resolve:,} steps"
     if u.seconds_to_resolve:
         s += f" (~{_dur(u.seconds_to_resolve)})"
+    if u.kind == "rows":
+        return (
+            s + " of fine measurement for enough sensor intervals to overlap it (then run "
+            "attribute again to see what more it needs)"
+        )
     s += " of fine measurement to be resolved"
     if u.steps_to_target:
         s += f", ~{u.steps_to_target:,} for ±{pct_text(100 * u.target_rel)}%"
     elif u.fixed_rel is not None:
         s += f" (±{pct_text(100 * u.target_rel)}% is out of reach by steps alone)"
     s += " (its noise falls as 1/√steps)"
-    if u.lower_bound:
+    if u.kind == "bound":
         s += "; a fixed schedule may keep it tied to its neighbour: excitation varies the step"
     return s
 
