@@ -266,6 +266,21 @@ def test_the_counter_is_read_densely_before_the_segment_ends_too():
     assert END_LEAD_S > 0.1  # more than a refresh: a counter read must land in it
 
 
+def test_the_dense_reads_are_renewed_while_a_segment_runs_past_its_prediction():
+    from jouleprof.bench.train import END_LEAD_S, _dense_lead_s
+
+    # 0.2 s steps, a 6 s segment: dense from step 27 (5.4 s) for END_LEAD_S + two steps.
+    assert _dense_lead_s(26, 5.2, None, 6.0, None) is None
+    lead = _dense_lead_s(27, 5.4, None, 6.0, None)
+    assert lead == pytest.approx(END_LEAD_S + 0.4)
+    until = 5.4 + lead
+    # the next steps fall inside that stretch: nothing new asked
+    assert _dense_lead_s(28, 5.6, None, 6.0, until) is None
+    # a loaded machine stretches the last step to 1 s: past the stretch's last half of
+    # END_LEAD_S the reads are renewed, so the segment's end still has reads before it
+    assert _dense_lead_s(29, 5.6 + 1.0, None, 6.0, until) is not None
+
+
 def test_an_e2e_cell_reads_the_counter_in_the_segments_last_half_second(tmp_path, monkeypatch):
     from dataclasses import replace
 

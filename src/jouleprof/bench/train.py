@@ -246,6 +246,24 @@ e2e mode, which left 5 of 42 e2e/fine cells with ±6–32 % intervals on the H20
 (benchmarks/results/study_vith_f33ed69)."""
 
 
+def _dense_lead_s(
+    steps_done: int,
+    elapsed_s: float,
+    steps_total: int | None,
+    duration_s: float,
+    dense_until_s: float | None,
+) -> float | None:
+    """Seconds of dense counter reads to ask for now, or None: once the end is near
+    (`_end_is_near`), END_LEAD_S and two mean steps; again whenever the segment runs on into
+    the last half of END_LEAD_S of that stretch (a step slower than the mean, as on a loaded
+    machine, would otherwise end the segment after the dense reads had stopped)."""
+    if not _end_is_near(steps_done, elapsed_s, steps_total, duration_s):
+        return None
+    if dense_until_s is not None and elapsed_s < dense_until_s - 0.5 * END_LEAD_S:
+        return None
+    return END_LEAD_S + 2 * elapsed_s / steps_done
+
+
 def _end_is_near(
     steps_done: int, elapsed_s: float, steps_total: int | None, duration_s: float
 ) -> bool:
@@ -364,7 +382,8 @@ def _segments(cfg: CellConfig, session, m, marker, recorder, steps_log: _StepLog
         wait0_s = getattr(session, "data_wait_s", None)  # a workload that cannot say: None
         t0_ns = time.perf_counter_ns()
         n = 0
-        end_dense = not m.sampler.devices  # baseline and cross-check modes sample nothing
+        sampling = bool(m.sampler.devices)  # baseline and cross-check modes sample nothing
+        dense_until_s = None  # the segment's elapsed time until which the counter reads densely
         while True:
             t = session.step(sync=False, fixed=cfg.fixed_batch)
             n += 1
@@ -376,9 +395,10 @@ def _segments(cfg: CellConfig, session, m, marker, recorder, steps_log: _StepLog
                 cfg.steps is None and elapsed >= cfg.duration_s
             ):
                 break
-            if not end_dense and _end_is_near(n, elapsed, cfg.steps, cfg.duration_s):
-                m.sampler.densify(END_LEAD_S + 2 * elapsed / n)  # reads before the end, too
-                end_dense = True
+            lead_s = _dense_lead_s(n, elapsed, cfg.steps, cfg.duration_s, dense_until_s)
+            if sampling and lead_s is not None:
+                m.sampler.densify(lead_s)  # reads before the end, too
+                dense_until_s = elapsed + lead_s
         session.sync()
         t1_ns = time.perf_counter_ns()
         _dense_edge(m)
