@@ -65,3 +65,12 @@ def test_an_unfaithful_replay_gets_the_step_less_the_other_phases(load_benchmark
     assert bwd["regression_vs_difference_pct"] == pytest.approx(-1.0)
     assert bwd["replay_extra_power_w"] == pytest.approx(3.0 / 0.02)
     assert "difference_j" not in out["phases"]["forward"]  # its replay is faithful
+
+
+def test_isolation_on_a_simulated_gpu_says_the_replays_were_not_simulated(tmp_path):
+    from jouleprof.attribution.isolation import load_replays
+    from jouleprof.errors import AttributionError
+
+    (tmp_path / "isolation_windows.csv").write_text("replay,n_calls,t0_s,t1_s\nforward,5,1.0,2.0\n")
+    with pytest.raises(AttributionError, match="simulated GPU .sim0. covers the training steps"):
+        load_replays(tmp_path, pd.DataFrame(), "sim0")

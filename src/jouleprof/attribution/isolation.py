@@ -192,6 +192,13 @@ def load_replays(run_dir: str | os.PathLike[str], samples, device: str) -> list[
     if (d / ISOLATION_CSV).is_file():
         return read_isolation_csv(d)
     if (d / WINDOWS_CSV).is_file():
+        from jouleprof.sensors.simulated import is_simulated_device
+
+        if is_simulated_device(device):
+            raise AttributionError(
+                f"{run_dir}: the simulated GPU ({device}) covers the training steps only, not the "
+                "isolation replays, so --method isolation needs a run that measured a real GPU"
+            )
         return results_from_windows(samples, d / WINDOWS_CSV, device)
     raise AttributionError(
         f"{run_dir} has no {ISOLATION_CSV} or {WINDOWS_CSV}: --method isolation needs a run made "
