@@ -141,6 +141,9 @@ def test_two_devices_and_their_total(tmp_path, sim):
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert [x["device"] for x in doc["devices"]] == ["gpu0", "gpu1"]
+    for dev in doc["devices"]:  # step_energy_j is over every analysed step; this is per step
+        per_step = dev["step_energy_j"] / dev["n_steps"]
+        assert dev["energy_per_step_j"] == pytest.approx(per_step)
     total = {p["phase"]: p for p in doc["total"]}
     one = {p["phase"]: p for p in doc["devices"][0]["phases"]}
     for name in one:

@@ -120,8 +120,9 @@ class DeviceAttribution:
     """Attribution of one device's energy to phases.
 
     Attributes:
-        step_energy_j: energy of the analysed steps (phases and untracked time) by this method;
-            share_pct is relative to it.
+        step_energy_j: energy of all the analysed steps together (phases and untracked time)
+            by this method, as the phases' energies are; share_pct is relative to it.
+            `step_time_s` is per step; JSON also gives `energy_per_step_j`.
         diagnostics: method-specific figures (fit residuals, row counts, refresh grid, ...).
     """
 
@@ -151,6 +152,11 @@ class DeviceAttribution:
             "warmup_steps": self.warmup_steps,
             "step_time_s": self.step_time_s,
             "step_energy_j": self.step_energy_j,
+            "energy_per_step_j": (
+                self.step_energy_j / self.n_steps
+                if self.step_energy_j is not None and self.n_steps
+                else None
+            ),
             "step_energy_lo_j": self.step_energy_lo_j,
             "step_energy_hi_j": self.step_energy_hi_j,
             "phases": [p.to_json() for p in self.phases],
