@@ -55,7 +55,7 @@ def test_too_few_rows_scale_with_the_steps():
     assert u.steps_to_target is None or u.steps_to_target >= u.steps_to_resolve
     # One row, its interval mostly the sensor model's spread (a run of 0.2 s): that spread is
     # no floor, since more rows narrow it too, so the steps for 20 rows are what it says.
-    one = need(_row("only 1 sensor intervals overlap it (need 20)", noise=0.5, lo=1, hi=19,
+    one = need(_row("only 1 sensor interval overlaps it (need 20)", noise=0.5, lo=1, hi=19,
                     n_rows=1, n=300), 0.0007, 300.0)  # fmt: skip
     assert one.kind == "rows" and one.steps_to_resolve == 6000 and one.lower_bound
     assert not one.more_steps_cannot

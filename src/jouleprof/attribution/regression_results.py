@@ -114,7 +114,11 @@ def _phase_results(
         why = None
         side = unphysical_side(power_w, ceiling_w)
         if n_cover < cfg.min_rows:
-            why = f"only {n_cover} sensor intervals overlap it (need {cfg.min_rows})"
+            why = (
+                f"only {n_cover} sensor interval"
+                + (" overlaps" if n_cover == 1 else "s overlap")
+                + f" it (need {cfg.min_rows})"
+            )
         elif side == "floor":
             why = "the fit pins its power at 0 W: the data cannot separate it from its neighbours"
             unphysical.add(name)

@@ -90,7 +90,7 @@ def _kind(p: PhaseResult) -> str:
         return "partner"
     if p.estimate_j is None:
         return "none"
-    if "sensor intervals overlap it" in note:
+    if "sensor intervals overlap it" in note or "sensor interval overlaps it" in note:
         return "rows"
     if "pins its power at 0 W" in note or "above any the sensor read" in note:
         return "bound"
