@@ -101,6 +101,8 @@ BAD = [
     (("attribute", "{run}", "--instant-kernel", "wobble:3"), "kernel"),
     (("attribute", "{empty}"), "no phase spans"),
     (("attribute", "{run}", "--device", "gpu7"), "gpu7"),
+    (("attribute", "{run}", "--confidence", "1.5"), "--confidence"),
+    (("attribute", "{run}", "--n-boot", "10"), "--n-boot"),
     (("profile", "nosuchworkload", "--steps", "1"), "nosuchworkload"),
     (("profile", "vjepa2", "--preset", "enormous", "--steps", "1"), "enormous"),
     (("profile", "vjepa2", "--mode", "sideways", "--steps", "1"), "sideways"),

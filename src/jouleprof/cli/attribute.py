@@ -478,6 +478,10 @@ def attribute_cmd(
         fail(f"--joint weighs phases together in the regression's fit: drop it, or use --method "
              f"regression (--method {method} splits each phase on its own)")  # fmt: skip
     if method == "regression":
+        if not 0.5 < confidence < 1:
+            fail(f"--confidence is the intervals' coverage, between 0.5 and 1: got {confidence:g}")
+        if n_boot < 200:
+            fail(f"--n-boot must be at least 200 (bootstrap resamples): got {n_boot}")
         if joint:  # RegressionConfig checks each group (one line naming a bad one)
             opts["joint"] = tuple(joint)
         opts.update(
