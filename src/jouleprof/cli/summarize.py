@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from jouleprof.cli.console import fail, note, out_console
+from jouleprof.cli.console import fail, note
 
 
 def summarize_cmd(
@@ -54,7 +54,7 @@ def summarize_cmd(
     except (ValueError, OSError) as e:
         fail(str(e))
     if print_md:
-        out_console.print(md.read_text(), markup=False, highlight=False)
+        _print_markdown(md.read_text())
     note(f"{md}\n{csv_path}")
 
 
@@ -67,8 +67,14 @@ def _probe(probe_dir: Path, repeat: Path | None, print_md: bool) -> None:
     except (ValueError, KeyError, OSError) as e:
         fail(f"{probe_dir}: {e}")
     if print_md:
-        out_console.print(md, markup=False, highlight=False)
+        _print_markdown(md)
     note(f"{out.with_suffix('.md')}\n{out.with_suffix('.csv')}")
+
+
+def _print_markdown(md: str) -> None:
+    """The markdown as written, line for line: a terminal's width must not wrap a table row
+    (rich's console wrapped the header inside a cell at 80 columns, breaking the table)."""
+    typer.echo(md, nl=not md.endswith("\n"))
 
 
 def register(app: typer.Typer) -> None:

@@ -287,15 +287,33 @@ def _phase_lane(ax: Any, spans: pd.DataFrame, col: dict[str, Any]) -> None:
     ax.set_ylabel("phase")
 
 
-def zoom_window(spans: pd.DataFrame, n_steps: int = ZOOM_STEPS) -> tuple[float, float] | None:
-    """A few steps from the middle of the recorded steps (the whole run if it is short)."""
+def zoom_steps(spans: pd.DataFrame | None, n_steps: int = ZOOM_STEPS) -> list[Any]:
+    """A few steps from the middle of the recorded steps (all of them if the run is short)."""
     if spans is None or not len(spans):
-        return None
+        return []
     steps = sorted(spans["step"].unique())
     mid = len(steps) // 2
-    pick = steps[max(0, mid - n_steps // 2) : max(0, mid - n_steps // 2) + n_steps]
+    return steps[max(0, mid - n_steps // 2) : max(0, mid - n_steps // 2) + n_steps]
+
+
+def zoom_window(spans: pd.DataFrame, n_steps: int = ZOOM_STEPS) -> tuple[float, float] | None:
+    """The time span of `zoom_steps` (None without spans)."""
+    pick = zoom_steps(spans, n_steps)
+    if not pick:
+        return None
     sel = spans[spans["step"].isin(pick)]
     return float(sel["t0_s"].min()), float(sel["t1_s"].max())
+
+
+def zoom_title(spans: pd.DataFrame | None, steps: pd.DataFrame | None) -> str:
+    """The zoomed timeline's title, claiming only what the run holds: the steps it shows with
+    their phases (spans.csv), a few steps (steps.csv alone, no phases), or no steps at all."""
+    n = len(zoom_steps(spans))
+    if n:
+        return f"Telemetry over {n} step{'s' if n != 1 else ''}, phases shaded"
+    if steps is not None and len(steps):
+        return "Telemetry over a few steps"
+    return "Zoomed telemetry"
 
 
 def phase_energy_plot(phases: pd.DataFrame, out_dir: Path) -> Plot:

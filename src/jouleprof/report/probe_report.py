@@ -105,6 +105,47 @@ def grid_plot(rows: list[dict[str, str]], out_dir: Path) -> Plot:
     )
 
 
+def no_ratio_reason(table: list[dict[str, Any]]) -> str:
+    """Why no method has an energy ratio to full fine-tuning: none trained beside it, or the
+    cells that did measured no energy (a machine without a GPU: the cells' own reason)."""
+    # savings() gives s_vs_full (maybe None) exactly to the ok cells with an ok full baseline
+    paired = [r for r in table if r["method"] != "full" and "s_vs_full" in r]
+    if not paired:
+        return "no method trained beside full fine-tuning"
+    keys = {(r["model"], r["precision"], r["batch"], r["checkpointing"]) for r in paired}
+    cells = paired + [
+        r
+        for r in table
+        if r["method"] == "full"
+        and r["status"] == "ok"
+        and (r["model"], r["precision"], r["batch"], r["checkpointing"]) in keys
+    ]
+    missing = [
+        r
+        for r in cells
+        if None in (r.get("j_per_step"), r.get("j_per_step_lo"), r.get("j_per_step_hi"))
+    ]
+    notes = list(
+        dict.fromkeys(
+            str(r.get("energy_note") or "").removeprefix("unavailable: ").split("; peak memory")[0]
+            for r in missing
+        )
+    )
+    why = "; ".join(n for n in notes if n)
+    if len(missing) == len(cells):
+        methods = ", ".join(_order({r["method"] for r in paired}, METHODS))
+        head = (
+            f"no GPU energy was measured: {methods} trained beside full fine-tuning, but none "
+            "of these cells has a J/step"
+        )
+    else:
+        head = (
+            "every method that trained beside full fine-tuning lacks a J/step with bounds, in "
+            "its own cell or in full fine-tuning's (no GPU energy measured there)"
+        )
+    return f"{head} ({why})" if why else head
+
+
 def ratio_plot(table: list[dict[str, Any]], out_dir: Path) -> Plot:
     """J/step of each method over full fine-tuning's, with the bounds, at one precision, batch
     and checkpointing: where the most methods ran (bf16, the largest batch, checkpointing off
@@ -112,7 +153,7 @@ def ratio_plot(table: list[dict[str, Any]], out_dir: Path) -> Plot:
     title = "Training energy against full fine-tuning"
     d = [r for r in table if r.get("j_vs_full") is not None and r["method"] != "full"]
     if not d:
-        return Plot("energy_ratio", title, reason="no method trained beside full fine-tuning")
+        return Plot("energy_ratio", title, reason=no_ratio_reason(table))
 
     def rank(k):  # the most methods, then bf16, the largest batch, checkpointing off
         n = sum((r["precision"], r["batch"], r["checkpointing"]) == k for r in d)

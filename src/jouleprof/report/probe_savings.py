@@ -169,6 +169,7 @@ def savings(
             "j_per_step_lo": _f(r["j_per_step_lo"]),
             "j_per_step_hi": _f(r["j_per_step_hi"]),
             "error": r.get("error", ""),
+            "energy_note": r.get("energy_note", ""),  # why J/step is missing, where it is
         }
         if r["status"] == "ok" and b is not None:
             mem, s = row["peak_mem_mib"], row["s_per_step"]

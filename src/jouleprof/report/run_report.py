@@ -20,6 +20,12 @@ from jouleprof.report.html import (
 
 log = logging.getLogger(__name__)
 
+NO_STEPS = (
+    "the run recorded no steps (it holds no steps.csv or spans.csv, as a plain "
+    "`jouleprof measure -- CMD` run), only telemetry of the run as a whole"
+)
+"""Why a run has no zoomed timeline where it recorded no steps."""
+
 
 def build_run_report(run_dir: Path) -> Report:
     """Figures, tables and report.html of one run directory (see the module docstring)."""
@@ -62,7 +68,8 @@ def build_run_report(run_dir: Path) -> Report:
         else F.Plot("timeline", "Telemetry over the whole run", reason=no_samples),
     ]
     window = F.zoom_window(spans) if spans is not None else None
-    zoom_title = f"Telemetry over {F.ZOOM_STEPS} steps, phases shaded"
+    zoom_title = F.zoom_title(spans, steps)
+    has_steps = window is not None or (steps is not None and len(steps) > 0)
     if has_samples and window is not None:
         sel = spans[(spans["t1_s"] >= window[0]) & (spans["t0_s"] <= window[1])]
         plots.append(
@@ -83,7 +90,9 @@ def build_run_report(run_dir: Path) -> Report:
             F.Plot(
                 "timeline_zoom",
                 zoom_title,
-                reason=no_samples
+                reason=NO_STEPS
+                if not has_steps
+                else no_samples
                 if not has_samples
                 else "no phase spans (only fine mode records them)",
             )
@@ -150,6 +159,8 @@ def build_run_report(run_dir: Path) -> Report:
         phase_methods=by_name.get("phase_methods"),
         phase_time=by_name.get("phase_time"),
         plots={p.name: p for p in plots},
+        has_steps=has_steps,
+        no_steps=NO_STEPS,
     )
     return report
 
