@@ -142,6 +142,8 @@ def test_the_cli_says_what_was_wrong_in_one_line(tmp_path):
     r = run("--joint", "backward+optimizer")
     assert r.returncode == 0, r.stderr
     assert "backward+optimizer" in r.stdout
+    # a joint row overlaps its phases: the table says why its shares add past 100 %
+    assert "shares add past 100%" in " ".join(r.stdout.split())
 
 
 def test_a_long_group_name_takes_a_line_per_member_and_cuts_no_figure(tmp_path):

@@ -103,10 +103,12 @@ def _table(
             tv = truth.get(p.phase)
             row.append(f"{tv / n:,.4g} J" if tv is not None else "—")
         t.add_row(labels[p.phase], f"{1e3 * p.time_per_step_s:,.4g} ms", *row)
-    if not reasons:
-        return t
     notes = [Text(f"[{i}] unresolved: {r}", style="yellow") for i, r in enumerate(reasons, 1)]
-    return Group(t, *notes)
+    if any("+" in p.phase and p.resolved for p in phases):
+        notes.append(
+            Text("a row a+b weighs its phases together: it overlaps them, so shares add past 100%")
+        )
+    return Group(t, *notes) if notes else t
 
 
 def results_from_frame(df) -> list[Any]:
