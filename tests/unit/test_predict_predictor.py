@@ -146,7 +146,7 @@ def test_unmeasured_configurations_are_flagged_unvalidated(synthetic):
 def test_fp32_conv_flops_are_tf32_apart_from_fp32_matmuls():
     """float32 convolutions run on TF32 tensor cores and matmuls on the float32 units: their
     FLOPs are separate energy terms, and a layer's terms add up to the pass's."""
-    from jouleprof.predict.layerwise import _layer_terms
+    from jouleprof.predict.layerwise import module_energy_terms
 
     def cnnmlp():
         return nn.Sequential(nn.Conv2d(3, 8, 3), nn.Flatten(), nn.Linear(8 * 14 * 14, 10))
@@ -158,7 +158,7 @@ def test_fp32_conv_flops_are_tf32_apart_from_fp32_matmuls():
     conv = sum(o.flops for o in f.ops if o.category == "conv")
     mm = sum(o.flops for o in f.ops if o.category == "matmul")
     assert tf32 == pytest.approx(conv) and fp32 == pytest.approx(mm)
-    per_layer = sum(_layer_terms(lay) for lay in f.layers)
+    per_layer = sum(module_energy_terms(f).values())
     assert per_layer == pytest.approx(energy_terms(f))
     bf = energy_terms(trace_model(z, 4, "bf16"))
     assert bf[0] > 0 and bf[1] == 0 and bf[2] == 0

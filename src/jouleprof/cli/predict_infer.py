@@ -28,7 +28,17 @@ def infer_cmd(
     per_layer: Annotated[
         bool,
         typer.Option(
-            "--per-layer", help="Show every layer's FLOPs, bytes, bound, time and energy."
+            "--per-layer",
+            help="Show every layer's share of the pass: bound, time and energy (the rows add up "
+            "to the totals).",
+        ),
+    ] = False,
+    wide: Annotated[
+        bool,
+        typer.Option(
+            "--wide",
+            help="With --per-layer: also GFLOP, MB, launches and roofline time, at the table's "
+            "full width whatever the terminal's (--json has every field).",
         ),
     ] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
@@ -57,17 +67,18 @@ def infer_cmd(
         note("operators without a FLOP formula, counted as 0 FLOPs: "
              + ", ".join(f"{k} x{v}" for k, v in sorted(pred.unsupported.items())))  # fmt: skip
     if per_layer:
-        from rich.table import Table
+        title = f"{model} batch {batch} {precision} on {pred.gpu}"
+        table = layer_table(pred, title, wide)
+        if wide:
+            from rich.console import Console
+            from rich.measure import Measurement
 
-        t = Table(title=f"{model} batch {batch} {precision} on {pred.gpu}")
-        for c in ("module", "type", "GFLOP", "MB", "launches", "bound", "roofline ms", "ms", "J"):
-            t.add_column(c, justify="left" if c in ("module", "type", "bound") else "right")
-        for lp in pred.layers:
-            t.add_row(lp.module or "(root)", lp.module_type, f"{lp.flops / 1e9:.3f}",
-                      f"{lp.bytes / 1e6:.2f}", str(lp.launches), lp.bound,
-                      f"{lp.roofline_s * 1e3:.4f}", f"{lp.time_s * 1e3:.4f}",
-                      f"{lp.energy_j:.4f}")  # fmt: skip
-        out_console.print(t)
+            opts = out_console.options.update_width(100_000)
+            w = Measurement.get(out_console, opts, table).maximum
+            con = out_console if w <= out_console.width else Console(width=w, highlight=False)
+            con.print(table)
+        else:
+            out_console.print(table)
     from rich.markup import escape
 
     out_console.print(
@@ -78,6 +89,60 @@ def infer_cmd(
             f"{pred.s_per_batch * 1e3:.4g} ms/batch"
         )
     )
+
+
+def layer_table(pred, title: str, wide: bool = False):
+    """The per-layer table of `pred`: each layer's share of the pass's time (ms per batch) and
+    energy (mJ per sample), with a total row equal to the prediction's. Module and type names
+    wrap rather than being cut; the numeric columns are never narrowed below their figures."""
+    from rich import box
+    from rich.table import Table
+
+    b = pred.batch
+    e_pass = sum(lp.energy_j for lp in pred.layers)
+    t_pass = sum(lp.time_s for lp in pred.layers)
+    # units that keep the totals >= 1, so 4 decimals resolve the small layers
+    e_unit, e_mul = next((u, m) for u, m in (("mJ", 1e3), ("µJ", 1e6), ("nJ", 1e9))
+                         if e_pass / b * m >= 1 or u == "nJ")  # fmt: skip
+    t_unit, t_mul = ("ms", 1e3) if t_pass >= 1e-3 else ("µs", 1e6)
+    t_col, e_col = f"{t_unit}/batch", f"{e_unit}/sample"
+    cols = ["module", "type"]
+    if wide:
+        cols += ["GFLOP", "MB", "launches"]
+    cols += ["bound"] + (["roofline ms"] if wide else []) + [t_col, e_col, "% E"]
+    rows = []
+    for lp in pred.layers:
+        cells = {"module": lp.module or "(root)", "type": lp.module_type, "bound": lp.bound,
+                 "GFLOP": f"{lp.flops / 1e9:.3f}", "MB": f"{lp.bytes / 1e6:.2f}",
+                 "launches": str(lp.launches), "roofline ms": f"{lp.roofline_s * 1e3:.4f}",
+                 t_col: f"{lp.time_s * t_mul:.4f}", e_col: f"{lp.energy_j / b * e_mul:.4f}",
+                 "% E": f"{100 * lp.energy_j / e_pass:.1f}" if e_pass else "-"}  # fmt: skip
+        rows.append([cells[c] for c in cols])
+    foot = {c: "" for c in cols}
+    foot.update({"module": "total", "launches": str(sum(lp.launches for lp in pred.layers)),
+                 t_col: f"{t_pass * t_mul:.4f}", e_col: f"{e_pass / b * e_mul:.4f}",
+                 "% E": "100.0" if e_pass else "-"})  # fmt: skip
+    t = Table(
+        title=title,
+        caption=f"{t_col}: the layer's share of a pass of {b} (launch gaps included); "
+        f"{e_col}: its share of the energy per sample (its own FLOPs and bytes, and the base "
+        "power over its time). The rows add up to the total.",
+        caption_justify="left",
+        box=box.SIMPLE_HEAD,
+        padding=(0, 0),
+        show_edge=False,
+        show_footer=True,
+    )
+    for i, c in enumerate(cols):
+        if c in ("module", "type"):
+            t.add_column(c, footer=foot[c], overflow="fold")
+        else:
+            width = max(len(c), len(foot[c]), *(len(r[i]) for r in rows)) if rows else len(c)
+            t.add_column(c, footer=foot[c], justify="left" if c == "bound" else "right",
+                         no_wrap=True, min_width=width)  # fmt: skip
+    for r in rows:
+        t.add_row(*r)
+    return t
 
 
 def evaluate_cmd(

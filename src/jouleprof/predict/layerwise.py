@@ -11,7 +11,8 @@ Model (fitted on H200 measurements, `fit`):
   + k_mem·bytes (non-negative least squares on whole-model windows, T the time model's own
   prediction for each training row; p·T carries the board's idle and base draw). float32
   convolutions run on TF32 tensor cores, float32 matmuls on the float32 units: a FLOP of each costs
-  a different energy, so they have separate terms;
+  a different energy, so they have separate terms. A layer's energy is its share of E: p times
+  its share of T plus the k terms of its own operators, so the layers add up to the pass;
 - interval: the quantiles of the log error on held-out architecture families.
 
 `RooflinePredictor` is what ships until measured data exists: roofline time with a launch floor,
@@ -37,6 +38,9 @@ LAYER_FEATURES = ("log_roof_s", "log_compute_s", "log_memory_s", "log_flops", "l
 
 @dataclass(frozen=True)
 class LayerPrediction:
+    """One module's share of a pass: `time_s` and `energy_j` are per pass (the whole batch) and
+    add up, over the layers, to the pass's s_per_batch and j_per_sample x batch."""
+
     module: str
     module_type: str
     flops: float
@@ -76,7 +80,9 @@ class Prediction:
             "spec", "batch", "precision", "gpu", "j_per_sample", "s_per_batch", "j_per_sample_lo",
             "j_per_sample_hi", "predictor", "calibrated", "validated", "unsupported")}  # fmt: skip
         d["notes"] = list(self.notes)
-        d["layers"] = [lp.__dict__ for lp in self.layers] if per_layer else []
+        # energy_j is per pass (the batch); j_per_sample is the figure the total is given in
+        d["layers"] = ([{**lp.__dict__, "j_per_sample": lp.energy_j / self.batch}
+                        for lp in self.layers] if per_layer else [])  # fmt: skip
         return d
 
 
@@ -104,9 +110,25 @@ def energy_terms(feats: ModelFeatures) -> np.ndarray:
     """[F_tc,half, F_tf32, F_tc,fp32, F_other, bytes] of a pass (the energy model's non-time
     terms): tensor-core-kind FLOPs in half precision, float32 convolutions (TF32 tensor cores),
     float32 matmuls and attention (float32 units), every other FLOP, bytes read and written."""
+    return _ops_terms(feats.ops)
+
+
+def module_energy_terms(feats: ModelFeatures) -> dict[str, np.ndarray]:
+    """energy_terms of each module's own operators (module path -> terms). Every operator runs in
+    exactly one module, so these add up to `energy_terms(feats)`."""
+    by: dict[str, list] = {}
+    for o in feats.ops:
+        by.setdefault(o.module, []).append(o)
+    return {m: _ops_terms(ops) for m, ops in by.items()}
+
+
+def _ops_terms(ops) -> np.ndarray:
+    """energy_terms of the operators `ops`, each classified by its own dtype and category (a
+    layer's majority dtype would not do: under autocast a layer's weight casts read float32,
+    and its half-precision matmul would be priced as a float32 one)."""
     half = tf32 = fp32 = other = 0.0
     nbytes = 0.0
-    for o in feats.ops:
+    for o in ops:
         nbytes += o.bytes_read + o.bytes_written
         if o.category in TENSOR_CORE_CATEGORIES:
             if o.dtype in ("bfloat16", "float16"):
@@ -118,18 +140,6 @@ def energy_terms(feats: ModelFeatures) -> np.ndarray:
         else:
             other += o.flops
     return np.array([half, tf32, fp32, other, nbytes])
-
-
-def _layer_terms(layer) -> np.ndarray:
-    """energy_terms of one layer, from its FLOPs per category and its dtype."""
-    by = layer.flops_by_category
-    tc = sum(v for c, v in by.items() if c in TENSOR_CORE_CATEGORIES)
-    if layer.dtype in ("bfloat16", "float16"):
-        half, tf32, fp32 = tc, 0.0, 0.0
-    else:
-        half, tf32 = 0.0, by.get("conv", 0.0)
-        fp32 = tc - tf32
-    return np.array([half, tf32, fp32, layer.flops - tc, layer.bytes_total])
 
 
 def _fold_terms(k, terms: np.ndarray) -> np.ndarray:
@@ -218,10 +228,14 @@ class LayerwisePredictor:
         p, *k = self.energy_coef
         terms = _fold_terms(k, energy_terms(feats))
         e = p * t + float(np.dot(k, terms))
+        # each layer's share of E: its share of p·T (by time) plus its own operators' terms, so
+        # the layers' energies add up to E (every operator runs in exactly one layer)
         scale = t / t_layers.sum() if t_layers.sum() > 0 else 0.0
+        own = module_energy_terms(feats)
         layers = []
         for (layer, b), tl in zip(keep, t_layers, strict=True):
-            el = p * tl * scale + float(np.dot(k, _fold_terms(k, _layer_terms(layer))))
+            own_terms = own.get(layer.module, np.zeros(5))
+            el = p * tl * scale + float(np.dot(k, _fold_terms(k, own_terms)))
             layers.append(LayerPrediction(layer.module, layer.module_type, layer.flops,
                                           layer.bytes_total, layer.launches, b.roofline_s,
                                           b.bound, float(tl * scale), float(el)))  # fmt: skip
