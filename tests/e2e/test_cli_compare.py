@@ -43,6 +43,20 @@ def test_compare_marks_what_differs_beyond_its_uncertainty(tmp_path):
     )
 
 
+def test_a_count_of_one_is_said_in_the_singular(tmp_path):
+    a, b = make_run(tmp_path / "s" / "a", 10.0, 0.1), make_run(tmp_path / "b", 10.0, 0.1)
+    for p in (a, b):  # one figure that is neither a main one nor different: hidden
+        rd = RunDir(p)
+        rec = rd.read_record()
+        rec.summary["wall_time_s"] = Figure.measured(5.0, "s", signal="timer")
+        rd.write_record(rec)
+    cmp, coll = jouleprof_many([["compare", a, b], ["collect", tmp_path / "s"]])
+    assert cmp.returncode == 0, cmp.stderr
+    assert "1 more figure without a marked difference" in cmp.stderr, cmp.stderr
+    assert coll.returncode == 0, coll.stderr
+    assert "1 run indexed in" in coll.stderr, coll.stderr
+
+
 def test_collect_lists_what_did_not_finish_and_report_html_goes_where_asked(tmp_path):
     make_run(tmp_path / "s" / "r1", 1.0, 0.1)
     (tmp_path / "s" / "r2").mkdir()

@@ -56,7 +56,11 @@ def test_measure_passes_exit_code_through_and_writes_a_run(tmp_path):
     # CPU stretches without bound: only our own wait around the whole CLI bounds it above.
     assert 1.2 <= summary["wall_time_s"]["value"] < elapsed_s
     e = summary["sim0.energy_j"]
-    assert e["signal"] == "counter" and e["source"] == "measured"
+    # read from the package's simulated GPU: labelled so, never "measured"
+    assert e["signal"] == "counter" and e["source"] == "simulated"
+    assert {f["source"] for k, f in summary.items() if k.startswith("sim0.")} == {"simulated"}
+    assert rec["summary"]["sim0.energy_j"]["source"] == "simulated"
+    assert summary["wall_time_s"]["source"] == "measured"
     assert e["value"] == pytest.approx(250 * summary["wall_time_s"]["value"], rel=0.02)
     assert summary["sim0.crosscheck_instant_pct"]["value"] == pytest.approx(0, abs=2)
     assert (out / "samples.csv").stat().st_size > 100

@@ -56,4 +56,4 @@ def test_excitation_needs_fine_mode(tmp_path):
     r = _jouleprof("profile", "vjepa2", "--mode", "e2e", "--excite", "--steps", "2",
                    "--out", str(tmp_path / "e2e"))  # fmt: skip
     assert r.returncode != 0 and "Traceback" not in r.stderr
-    assert "excite need mode 'fine'" in r.stderr, r.stderr
+    assert "--excite need --mode 'fine'" in r.stderr, r.stderr  # the flags, as typed

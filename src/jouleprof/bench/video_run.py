@@ -118,7 +118,8 @@ class VideoRunConfig:
         if not self.deploy_sustained_s > 0:
             raise ValueError(f"deploy_sustained_s must be > 0, got {self.deploy_sustained_s}")
         if len(self.synthetic_clips) != 3 or min(self.synthetic_clips) < 0:
-            raise ValueError(f"synthetic_clips must be 3 counts ≥ 0, got {self.synthetic_clips}")
+            got = ",".join(str(n) for n in self.synthetic_clips)
+            raise ValueError(f"synthetic_clips must be 3 counts ≥ 0 (train,val,test), got {got}")
         if self.dataset != "synthetic" and not self.dataset.endswith(".csv"):
             raise ValueError(
                 f"dataset must be 'synthetic' or a manifest .csv, got {self.dataset!r}"

@@ -23,7 +23,7 @@ def analyze_cmd(
     plots: Annotated[bool, typer.Option(help="Write the effect plots (PNG).")] = True,
 ) -> None:
     """Factorial ANOVA (partial η², p), internal E vs measured joules, and a verdict."""
-    from jouleprof.cli.console import fail, note, out_console
+    from jouleprof.cli.console import counted, fail, note, out_console
 
     if not study_dir.is_dir():
         fail(f"{study_dir} is not a directory: give a study directory")
@@ -62,7 +62,7 @@ def analyze_cmd(
         print(text)
     note(
         f"written: {out / 'report.md'}, {out / 'analysis.json'}"
-        + (f", {len(res.plots)} plots" if res.plots else "")
+        + (f", {counted(len(res.plots), 'plot')}" if res.plots else "")
     )
 
 

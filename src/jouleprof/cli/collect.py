@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from jouleprof.cli.console import err_console, fail, note
+from jouleprof.cli.console import counted, err_console, fail, note
 from jouleprof.extras import advice
 
 
@@ -43,7 +43,7 @@ def collect_cmd(
     for r in rows:
         counts[r["status"]] = counts.get(r["status"], 0) + 1
     summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items(), key=lambda x: -x[1]))
-    note(f"{len(rows)} runs indexed in {index}" + (f" ({summary})" if rows else ""))
+    note(f"{counted(len(rows), 'run')} indexed in {index}" + (f" ({summary})" if rows else ""))
     if (directory / "runs.parquet").is_file() and parquet:
         note(f"also {directory / 'runs.parquet'}")
     elif parquet:

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from jouleprof.cli.console import fail, note
+from jouleprof.cli.console import counted, fail, note
 
 
 def compare_cmd(
@@ -57,7 +57,8 @@ def compare_cmd(
     )
     t.add_column("figure", overflow="fold")
     for i, n in enumerate(cmp.names):
-        t.add_column(n, overflow="fold")
+        sim = any(r.values[i].source == "simulated" for r in cmp.phases + cmp.figures)
+        t.add_column(n + (" [magenta](phases SIMULATED)[/]" if sim else ""), overflow="fold")
         if i:
             t.add_column(f"Δ {n}", overflow="fold")
     shown = 0
@@ -82,7 +83,7 @@ def compare_cmd(
         note(p)
     hidden = len(cmp.phases) + len(cmp.figures) - shown
     if hidden:
-        note(f"{hidden} more figures without a marked difference: --all shows them")
+        note(f"{counted(hidden, 'more figure')} without a marked difference: --all shows them")
     if html is not None:
         note(f"HTML: {html}")
 

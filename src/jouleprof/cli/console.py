@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from rich.console import Console
@@ -27,6 +28,70 @@ def fail(message: str, code: int = 2) -> None:
 
     error(message)
     raise typer.Exit(code)
+
+
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """ "1 figure", "3 figures": `n` and the noun in its number (`plural` where not noun + s)."""
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"
+
+
+def cli_flags(command: Callable[..., Any]) -> dict[str, str]:
+    """{parameter name: its flag} of a typer command function's options, e.g.
+    {"batch_size": "--batch-size", "power_buffer": "--power-buffer", "set_": "--set"}."""
+    import typing
+
+    from typer.models import OptionInfo
+
+    out = {}
+    for name, hint in typing.get_type_hints(command, include_extras=True).items():
+        meta = getattr(hint, "__metadata__", ())
+        info = next((m for m in meta if isinstance(m, OptionInfo)), None)
+        if info is None:  # an argument, or the return type
+            continue
+        # Annotated[..., typer.Option("--set")]: typer takes a default that starts with "-"
+        # for the first of the option's names
+        given = (info.default, *(info.param_decls or ()))
+        decls = [d.split("/")[0] for d in given if isinstance(d, str) and d.startswith("--")]
+        out[name] = decls[0] if decls else "--" + name.replace("_", "-")
+    return out
+
+
+def flags_named(message: str, command: Callable[..., Any], skip: Iterable[str] = ()) -> str:
+    """`message` with the names of `command`'s options replaced by their flags.
+
+    A config dataclass's ValueError names its fields ("batch_size must be ≥ 1"), as a Python
+    API user passes them; at the command line the user typed --batch-size. Each option of the
+    typer command function `command` whose name is in the message is replaced by its flag:
+    a name with an underscore wherever it stands as a whole word, but not in a file name
+    (power_buffer.csv) nor quoted (a list of field names: 'batch_size'); a one-word name only
+    where it is the subject of a check ("steps ≥ 1", "lr must be > 0", "need mode 'fine'"),
+    so that prose ("3 steps", "fine mode") is kept. Names in `skip` (fields the user set by
+    name, e.g. `--set num_workers=…`) stay.
+    """
+    import re
+
+    for name, flag in cli_flags(command).items():
+        if name in skip:
+            continue
+        n = re.escape(name)
+        if "_" in name:
+            pattern = rf"(?<![\w.'\"-]){n}(?![\w'\"-]|\.\w)"
+        else:
+            pattern = rf"(?<![\w.'\"-]){n}(?=\s+(?:must\b|need\b|[≥≤<>=]))|(?<=\bneed ){n}\b"
+        message = re.sub(pattern, flag, message)
+    return message
+
+
+def note_if_no_cuda(doing: str, costs: str, hint: str | None) -> bool:
+    """Where torch sees no CUDA device, one line before the work starts: `doing` runs on the
+    CPU, what that `costs` there, and a `hint` for a quick try (None: none). Returns whether
+    it was said (torch is imported only here, so `--help` stays light)."""
+    import torch
+
+    if torch.cuda.is_available():
+        return False
+    note(f"no CUDA device: {doing} runs on the CPU, {costs}" + (f" ({hint})" if hint else ""))
+    return True
 
 
 def refuse_file_out(path) -> None:

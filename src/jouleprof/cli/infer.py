@@ -8,7 +8,14 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from jouleprof.cli.console import err_console, fail, note, refuse_file_out, working
+from jouleprof.cli.console import (
+    err_console,
+    fail,
+    note,
+    note_if_no_cuda,
+    refuse_file_out,
+    working,
+)
 
 
 def _fmt(v, unit: str, digits: int = 4) -> str:
@@ -73,13 +80,11 @@ def infer_cmd(
         fail(str(e))
     path = out or Path(DEFAULT_RUNS_DIR) / new_run_id("infer")
     refuse_file_out(path)
-    import torch
-
-    if not torch.cuda.is_available():
-        note(
-            "no CUDA device: inference runs on the CPU, latency only (no GPU energy); a "
-            "full-size video model takes seconds a pass here (--tiny for a smoke test)"
-        )
+    note_if_no_cuda(
+        "inference",
+        "latency only (no GPU energy); a full-size video model takes seconds a pass here",
+        "--tiny for a smoke test",
+    )
     try:
         with working(f"measuring {model} inference…") as w:
             r = run_infer(cfg, path, on_stage=lambda s: w.update(f"{model}: {s}"))

@@ -8,7 +8,15 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from jouleprof.cli.console import err_console, fail, note, refuse_file_out, summary_table, working
+from jouleprof.cli.console import (
+    err_console,
+    fail,
+    flags_named,
+    note,
+    refuse_file_out,
+    summary_table,
+    working,
+)
 
 
 def profile_cmd(
@@ -150,10 +158,12 @@ def profile_cmd(
         }.items()
         if v is not None
     }
+    set_by_name: dict = {}
     if set_:
         from jouleprof.cli.study import parse_overrides
 
-        overrides.update(parse_overrides(set_))
+        set_by_name = parse_overrides(set_)
+        overrides.update(set_by_name)
     fine = mode == "fine"
     on_gpu = _trains_on_gpu()
     if overhead_pairs is None:
@@ -181,7 +191,8 @@ def profile_cmd(
             warmup=warmup,
         )
     except ValueError as e:
-        fail(str(e))
+        # CellConfig and the workload's config name their fields (duration_s); say the flags.
+        fail(flags_named(str(e), profile_cmd, skip=set_by_name))
     path = out or Path(DEFAULT_RUNS_DIR) / new_run_id(f"profile-{workload}")
     refuse_file_out(path)
     length = f"{steps} steps" if steps is not None else f"{duration_s:g} s"
@@ -191,7 +202,7 @@ def profile_cmd(
         ):
             run_cell(cfg, path)
     except (JouleprofError, ValueError) as e:
-        fail(str(e))
+        fail(flags_named(str(e), profile_cmd, skip=set_by_name))
     except KeyboardInterrupt:
         note(f"interrupted: {path} holds everything recorded until then")
         raise typer.Exit(130) from None

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from jouleprof.cli.console import fail, note, out_console
+from jouleprof.cli.console import fail, flags_named, note, note_if_no_cuda, out_console
 
 run_app = typer.Typer(
     help="One measured run, one process, one run directory.", no_args_is_help=True
@@ -108,12 +108,18 @@ def video_cmd(
             simulate_gpu_w=simulate_gpu_w,
         )
     except ValueError as e:
-        fail(str(e))
+        # VideoRunConfig names its fields (batch_size); say the flags the user typed
+        fail(flags_named(str(e), video_cmd))
     if out is None:
         import time
 
         stamp = time.strftime("%Y%m%d-%H%M%S")
         out = Path("jouleprof-runs") / f"video-{model}-{method}-{precision}-{stamp}"
+    note_if_no_cuda(
+        "fine-tuning",
+        "with no GPU energy or memory measured; a full-size video model trains slowly here",
+        None if tiny else "--tiny --max-steps-per-epoch 2 for a smoke test",
+    )
     from jouleprof.cli.console import err_console, working
 
     try:
@@ -127,7 +133,15 @@ def video_cmd(
 
             path = run_video(cfg, out, on_progress=progress)
     except (ValueError, JouleprofError) as e:
-        fail(str(e))
+        fail(flags_named(str(e), video_cmd))
+    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (jouleprof.interrupts): as profile says
+        from jouleprof.interrupts import exit_code_of
+
+        if (out / "run.json").is_file():
+            note(f"interrupted: {out} holds everything recorded until then")
+        else:
+            note("interrupted before the measurement began: nothing was recorded")
+        raise typer.Exit(exit_code_of(e)) from None
     from jouleprof.store.rundir import RunDir
 
     rec = RunDir(path).read_record()

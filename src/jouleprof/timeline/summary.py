@@ -7,13 +7,14 @@ cannot be computed says why.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from jouleprof.sensors.refresh import RefreshEstimate
+from jouleprof.sensors.simulated import is_simulated_device
 from jouleprof.timeline.windows import WindowEnergy, signal_grids, window_energies
-from jouleprof.types import Figure
+from jouleprof.types import Figure, Source
 
 
 @dataclass(frozen=True)
@@ -135,10 +136,15 @@ def device_summary(
 def run_summary(
     samples, devices: list[str], work: Interval, idle: Interval | None = None
 ) -> dict[str, Figure]:
-    """Flat summary for run.json: "<device>.<figure>" keys plus "wall_time_s"."""
+    """Flat summary for run.json: "<device>.<figure>" keys plus "wall_time_s". A simulated
+    device's figures ("sim0.*", `measure(simulate_gpu_w=...)`) have source "simulated": they
+    are read from the package's simulated GPU, never measured."""
     out: dict[str, Figure] = {"wall_time_s": Figure.measured(work.duration_s, "s", signal="timer")}
     for dev in devices:
+        sim = is_simulated_device(dev)
         for k, f in device_summary(samples, dev, work, idle).items():
+            if sim and f.value is not None:
+                f = replace(f, source=Source.SIMULATED)
             out[f"{dev}.{k}"] = f
     gpu_e = [out[f"{d}.energy_j"] for d in devices if d.startswith("gpu")]
     if gpu_e and all(f.value is not None for f in gpu_e):

@@ -138,14 +138,15 @@ class VJepa2Config:
                 raise ConfigError(f"{name} must be in [0, 1], got {getattr(self, name)!r}")
         if self.attention_backend not in ATTENTION_BACKENDS:
             raise ConfigError(
-                f"attention_backend must be one of {ATTENTION_BACKENDS}, "
+                f"attention_backend must be one of {', '.join(ATTENTION_BACKENDS)}, "
                 f"got {self.attention_backend!r}"
             )
         if self.dtype not in DTYPES:
-            raise ConfigError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
+            raise ConfigError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
         if self.optimizer_impl not in OPTIMIZER_IMPLS:
             raise ConfigError(
-                f"optimizer_impl must be one of {OPTIMIZER_IMPLS}, got {self.optimizer_impl!r}"
+                f"optimizer_impl must be one of {', '.join(OPTIMIZER_IMPLS)}, "
+                f"got {self.optimizer_impl!r}"
             )
         if self.num_workers < 0:
             raise ConfigError(f"num_workers must be >= 0, got {self.num_workers!r}")

@@ -77,7 +77,9 @@ def get_preset(name: str, **overrides: Any) -> VJepa2Config:
             a config field.
     """
     if name not in PRESETS:
-        raise ConfigError(f"unknown V-JEPA2 preset {name!r}; valid presets: {preset_names()}")
+        raise ConfigError(
+            f"unknown V-JEPA2 preset {name!r}; valid presets: {', '.join(preset_names())}"
+        )
     fields = {f.name for f in dataclasses.fields(VJepa2Config)}
     unknown = sorted(set(overrides) - fields)
     if unknown:

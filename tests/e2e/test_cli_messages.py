@@ -1,0 +1,66 @@
+"""One-line errors of `jouleprof profile` and `jouleprof run video` name the flags the user typed
+(--batch-size), not the config fields behind them (batch_size), and list valid values as text,
+not as a Python tuple. All commands run in one process (jouleprof_many); each fails before
+training."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import jouleprof_many
+
+PROFILE = ["profile", "vjepa2", "--preset", "tiny", "--duration-s", "3", "--no-report"]
+
+BAD = [
+    # (extra args, expected in the error, not expected anywhere in stderr)
+    ((*PROFILE, "--duration-s", "0"), "error: give --duration-s > 0 or --steps ≥ 1", "duration_s"),
+    ((*PROFILE, "--batch-size", "0"), "error: --batch-size must be ≥ 1, got 0", "batch_size"),
+    ((*PROFILE, "--steps", "0"), "error: --steps must be ≥ 1, got 0", "error: steps"),
+    ((*PROFILE, "--isolation-s", "-1"), "error: --isolation-s must be ≥ 0", "isolation_s"),
+    (
+        (*PROFILE, "--overhead-block-steps", "0"),
+        "--overhead-pairs must be 0 (no overhead blocks) or ≥ 2, and --overhead-block-steps ≥ 1",
+        "overhead_block_steps",
+    ),
+    # workload config errors, raised inside the run: the flags too
+    ((*PROFILE, "--grad-accum-steps", "0"), "error: --grad-accum-steps must be", "grad_accum"),
+    (
+        (*PROFILE, "--optimizer-impl", "nope"),
+        "error: --optimizer-impl must be one of fused, foreach, default, got 'nope'",
+        "('fused'",
+    ),
+    (
+        (*PROFILE, "--preset", "nope"),
+        "valid presets: tiny, vit_base, vit_huge, vit_large",
+        "('tiny'",
+    ),
+    # a field set by name keeps its name: the user typed num_workers
+    ((*PROFILE, "--set", "num_workers=-1"), "error: num_workers must be >= 0", "--num-workers"),
+    (
+        ("run", "video", "--model", "videomae-b", "--batch-size", "0"),
+        "error: --batch-size must be ≥ 1, got 0",
+        "batch_size",
+    ),
+    (
+        ("run", "video", "--model", "videomae-b", "--synthetic-clips", "1,2"),
+        "error: --synthetic-clips must be 3 counts ≥ 0 (train,val,test), got 1,2",
+        "(1, 2)",
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def bad_results(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("bad")
+    return jouleprof_many([[*a, "--out", tmp / f"r{i}"] for i, (a, _, _) in enumerate(BAD)])
+
+
+@pytest.mark.parametrize(("i", "message", "absent"), [(i, m, x) for i, (_, m, x) in enumerate(BAD)],
+                         ids=[" ".join(a[len(PROFILE):] if a[0] == "profile" else a[:2] + a[4:])
+                              for a, _, _ in BAD])  # fmt: skip
+def test_bad_input_names_the_flag(bad_results, i, message, absent):
+    r = bad_results[i]
+    assert r.returncode == 2, r.stderr
+    assert message in r.stderr, r.stderr
+    assert absent not in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr + r.stdout
