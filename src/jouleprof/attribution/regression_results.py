@@ -139,7 +139,8 @@ def _phase_results(
                                    n_rows=n_cover, noise_hw_j=noise))  # fmt: skip
             continue
         share = 100.0 * e / step_e if name != IDLE and step_e > 0 else None
-        note = f"{n_cover} sensor intervals; ±{pct_text(50 * (hi - lo) / e)}%"
+        n_rows_text = f"{n_cover} sensor interval{'' if n_cover == 1 else 's'}"
+        note = f"{n_rows_text}; ±{pct_text(50 * (hi - lo) / e)}%"
         results.append(
             PhaseResult(
                 name,

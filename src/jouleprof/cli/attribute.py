@@ -156,7 +156,7 @@ def _say_status(run_dir: Path) -> None:
     except RunDirError:
         return
     if state.status != "complete":
-        note(f"this run is {state}: attributing what it recorded")
+        note(f"this run did not complete (status: {state}): attributing what it recorded")
 
 
 def _attribute_with_progress(attribute, run_dir, method, device, warmup_steps, opts, w):

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from jouleprof.cli.console import err_console, fail, note
+from jouleprof.cli.console import counted, err_console, fail, note
 
 
 def report_cmd(
@@ -54,7 +54,10 @@ def report_cmd(
         print(json.dumps(report.to_json(), indent=2))
         return
     drawn = [p for p in report.plots if p.path is not None]
-    note(f"{len(drawn)} figures and {len(report.tables)} tables in {directory / 'report'}")
+    note(
+        f"{counted(len(drawn), 'figure')} and {counted(len(report.tables), 'table')} in "
+        f"{directory / 'report'}"
+    )
     for p in report.plots:
         if p.path is None:
             note(f"figure '{p.title}' unavailable: {p.reason}")
