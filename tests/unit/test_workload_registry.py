@@ -140,3 +140,15 @@ def test_every_registered_workload_runs_a_cell_end_to_end(name, tmp_path):
         assert flops["forward_backward_flops"] > 0
     else:  # a workload that cannot count says why
         assert flops is None or flops.get("reason")
+
+
+def test_vjepa2_loader_workers_are_capped_at_the_cores_unless_asked_for(monkeypatch):
+    import jouleprof.cores
+    from jouleprof.workloads.vjepa2.workload import VJepa2Workload
+
+    monkeypatch.setattr(jouleprof.cores, "pool_cores", lambda: 2)
+    w = VJepa2Workload()
+    assert w.config("vit_huge", None, None, {}).num_workers == 2  # the preset's 4, capped
+    assert w.config("vit_huge", None, 3, {}).num_workers == 3  # asked for: kept
+    assert w.config("vit_huge", None, None, {"num_workers": 4}).num_workers == 4  # --set
+    assert w.config("tiny", None, None, {}).num_workers == 0

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
 from jouleprof.timeline.markers import PhaseMarker
@@ -28,7 +28,14 @@ class VJepa2Workload:
             kw["batch_size"] = batch_size
         if num_workers is not None:
             kw["num_workers"] = num_workers
-        return get_preset(preset, **kw)
+        cfg = get_preset(preset, **kw)
+        if num_workers is None and "num_workers" not in overrides:
+            from jouleprof.cores import pool_cores
+
+            # the preset's loader workers, but no more than the cores this process may use
+            # (torch warns of, and the workers contend over, more: a 2-core machine)
+            cfg = replace(cfg, num_workers=min(cfg.num_workers, pool_cores()))
+        return cfg
 
     def describe(self, config) -> dict[str, Any]:
         d = asdict(config)
