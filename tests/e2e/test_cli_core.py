@@ -16,6 +16,16 @@ from conftest import jouleprof_many
 JP = [sys.executable, "-m", "jouleprof.cli.main"]
 
 
+def _wait_for_samples(samples_csv, deadline: float, rows: int = 50) -> None:
+    """Until the run has recorded `rows` sensor reads (about a second of the simulated GPU's),
+    so that a signal lands inside a measured stretch even on a loaded machine (a fixed 1 s
+    sleep once left the counter without a read inside the work interval)."""
+    while time.time() < deadline:
+        if samples_csv.exists() and samples_csv.read_text().count("\n") > rows:
+            return
+        time.sleep(0.1)
+
+
 def run(*args, **kw):
     # A safety net only: a 2-core machine under heavy load takes minutes for what takes seconds.
     return subprocess.run([*JP, *args], capture_output=True, text=True, timeout=600, **kw)
@@ -117,7 +127,7 @@ def test_ctrl_c_stops_the_command_and_keeps_a_readable_run(tmp_path):
     deadline = time.time() + 300
     while not started.exists() and time.time() < deadline:
         time.sleep(0.1)
-    time.sleep(1.0)
+    _wait_for_samples(out / "samples.csv", deadline)
     os.killpg(p.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole group
     p.communicate(timeout=300)
     assert p.returncode == 130
@@ -141,7 +151,7 @@ def test_sigterm_to_jouleprof_alone_stops_the_command_and_keeps_a_readable_run(t
     deadline = time.time() + 300
     while not (started.exists() and started.read_text()) and time.time() < deadline:
         time.sleep(0.1)
-    time.sleep(1.0)
+    _wait_for_samples(out / "samples.csv", deadline)
     p.send_signal(signal.SIGTERM)
     p.communicate(timeout=300)
     assert p.returncode == 143
