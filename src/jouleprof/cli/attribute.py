@@ -42,6 +42,22 @@ def _fmt(v: float | None, spec: str, dash: str = "—") -> str:
     return dash if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
 
 
+def _qty(value: float, unit: str) -> str:
+    """`value` (seconds or joules) in 4 significant figures at a scale that keeps it short:
+    ms or µs for a time, J, mJ or µJ for an energy ("2.724 µs", "0.2185 mJ"), so that a tiny
+    phase (an idle sliver between steps) cannot widen the table past 80 columns."""
+    # (the least magnitude shown at each scale, its factor, its name), largest first
+    scales = (
+        ((1e-4, 1e-3, "ms"), (0.0, 1e-6, "µs"))
+        if unit == "s"
+        else ((1e-2, 1.0, "J"), (1e-5, 1e-3, "mJ"), (0.0, 1e-6, "µJ"))
+    )
+    if value == 0:
+        return f"0 {scales[0][2]}"
+    _, factor, name = next(sc for sc in scales if abs(value) >= sc[0])
+    return f"{value / factor:,.4g} {name}"
+
+
 JOINT_NAME_MAX = 18
 """A joint row's name longer than this is shown one member a line ("data+" over
 "forward/context"), so that the figures beside it fit 80 columns uncut."""
@@ -90,7 +106,7 @@ def _table(
         if p.resolved:
             hw = p.rel_halfwidth
             row = [
-                f"{p.energy_j / n:,.4g} J",
+                _qty(p.energy_j / n, "J"),
                 f"{pct_text(100 * hw)}%" if hw is not None else "—",
                 f"{_fmt(p.mean_power_w, '.0f')} W",
                 f"{p.share_pct:.1f}%" if p.share_pct is not None else "—",
@@ -101,8 +117,8 @@ def _table(
             row = [f"[yellow]? [{reasons.index(p.note) + 1}][/]", "", "", ""]
         if truth is not None:
             tv = truth.get(p.phase)
-            row.append(f"{tv / n:,.4g} J" if tv is not None else "—")
-        t.add_row(labels[p.phase], f"{1e3 * p.time_per_step_s:,.4g} ms", *row)
+            row.append(_qty(tv / n, "J") if tv is not None else "—")
+        t.add_row(labels[p.phase], _qty(p.time_per_step_s, "s"), *row)
     notes = [Text(f"[{i}] unresolved: {r}", style="yellow") for i, r in enumerate(reasons, 1)]
     if any("+" in p.phase and p.resolved for p in phases):
         notes.append(
