@@ -162,3 +162,28 @@ def test_the_zoom_title_counts_the_steps_it_shows(tmp_path):
     zoom = _zoom(build_report(path))
     assert zoom.path is not None, zoom.reason
     assert zoom.title == "Telemetry over 3 steps, phases shaded"
+
+
+def test_a_killed_run_is_reported_crashed_not_running(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    from jouleprof.report.compare import compare_runs
+    from jouleprof.report.html import write_run_report
+    from jouleprof.store.rundir import RunDir
+    from jouleprof.types import RunRecord, RunStatus
+
+    out = subprocess.run(  # the writer info of a process that has ended: a killed run's
+        [sys.executable, "-c", "import json; from jouleprof.store.liveness import writer_info; "
+         "print(json.dumps(writer_info()))"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    rec = RunRecord(run_id="k", kind="test", status=RunStatus.RUNNING,
+                    extra={"writer": json.loads(out)})  # fmt: skip
+    run = tmp_path / "killed"
+    RunDir.create(run, rec)
+    html = write_run_report(run).read_text()
+    assert "status crashed" in html and "status running" not in html
+    cmp = compare_runs([run, run])
+    assert any("status crashed" in p for p in cmp.problems), cmp.problems

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from jouleprof.report.tables import num, sig
+from jouleprof.store.liveness import status_text
 
 
 @dataclass
@@ -166,8 +167,9 @@ def compare_runs(paths: list[Path]) -> Comparison:
         except Exception as e:  # a malformed phases file: the figures still compare
             problems.append(f"{p}: phases unreadable ({e})")
             tables.append(None)
-        if rec.status.value != "complete":
-            problems.append(f"{p}: status {rec.status.value}: its figures cover what it recorded")
+        status = status_text(p, rec)
+        if status != "complete":
+            problems.append(f"{p}: status {status}: its figures cover what it recorded")
     pairs: list[tuple[str, str]] = []
     for t in tables:
         if t is not None:

@@ -17,6 +17,7 @@ from jouleprof.report.html import (
     render,
     write_tables,
 )
+from jouleprof.store.liveness import status_text
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +36,7 @@ def build_run_report(run_dir: Path) -> Report:
 
     rd = RunDir(run_dir)
     rec = rd.read_record()
+    status = status_text(run_dir, rec)
     out = fresh_report_dir(run_dir)
     samples = None
     try:
@@ -123,7 +125,11 @@ def build_run_report(run_dir: Path) -> Report:
         out,
     )
     banner = A.simulated_banner(rec)
-    notes = [n for n in T.run_notes(rec) if not reasons.covers(n) and not (banner and n == banner)]
+    notes = [
+        n
+        for n in T.run_notes(rec, status)
+        if not reasons.covers(n) and not (banner and n == banner)
+    ]
     telemetry = "simulated" if banner or _sim_samples(samples) else "measured"
     plot_sources = {
         "timeline": telemetry,
@@ -141,7 +147,8 @@ def build_run_report(run_dir: Path) -> Report:
         "run.html",
         run_dir / REPORT_HTML,
         record=rec,
-        facts=T.run_facts(rec),
+        facts=T.run_facts(rec, status),
+        status=status,
         notes=notes,
         reasons=reasons.items,
         headlines=heads,

@@ -407,12 +407,13 @@ def phase_time_table(stats: pd.DataFrame) -> Table:
     )
 
 
-def run_facts(record: RunRecord) -> list[tuple[str, str]]:
+def run_facts(record: RunRecord, status: str | None = None) -> list[tuple[str, str]]:
     """Key facts of the run for the report's header (what ran, on what, which segment)."""
     cell = (record.config or {}).get("cell") or {}
     wl = (record.config or {}).get("workload") or {}
     ex = record.extra or {}
-    facts = [("run", record.run_id), ("kind", record.kind), ("status", record.status.value)]
+    status = status or record.status.value
+    facts = [("run", record.run_id), ("kind", record.kind), ("status", status)]
     if ex.get("mode") or cell.get("mode"):
         facts.append(("mode", str(ex.get("mode") or cell.get("mode"))))
     if cell:
@@ -445,12 +446,13 @@ def run_facts(record: RunRecord) -> list[tuple[str, str]]:
     return facts
 
 
-def run_notes(record: RunRecord) -> list[str]:
+def run_notes(record: RunRecord, status: str | None = None) -> list[str]:
     """Notes a reader must see: run.json's notes and what the extra fields imply."""
     ex = record.extra or {}
     notes = list(record.notes)
-    if record.status.value != "complete":
-        notes.append(f"run status is {record.status.value}: figures cover what was recorded")
+    status = status or record.status.value
+    if status != "complete":
+        notes.append(f"run status is {status}: figures cover what was recorded")
     if ex.get("oom"):
         notes.append("the run ran out of GPU memory")
     if ex.get("disturbed") and not any("disturbed" in n for n in notes):

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from jouleprof.errors import RunDirError
 from jouleprof.types import RunRecord
 
 
@@ -96,6 +97,17 @@ def last_write_s(run_dir: str | os.PathLike[str]) -> float | None:
     except OSError:
         return None
     return time.time() - max(times) if times else None
+
+
+def status_text(run_dir: str | os.PathLike[str], record: RunRecord | None = None) -> str:
+    """`effective_status` as a report shows it ("complete", "crashed (its writer … is gone …)");
+    run.json's own status where the writer cannot be looked at."""
+    try:
+        return str(effective_status(run_dir, record))
+    except (RunDirError, OSError, ValueError):
+        from jouleprof.store.rundir import RunDir
+
+        return (record or RunDir(run_dir).read_record()).status.value
 
 
 def effective_status(run_dir: str | os.PathLike[str], record: RunRecord | None = None) -> RunState:
