@@ -78,6 +78,14 @@ def test_report_false_prints_nothing_and_attribute_false_writes_no_phases(tmp_pa
     assert capsys.readouterr().out == ""
 
 
+def test_a_run_with_nothing_left_to_attribute_says_why(tmp_path, capsys):
+    with jouleprof.profile(tmp_path / "short", warmup_steps=100) as prof:
+        _loop(prof, 3)
+    assert prof.phases is None
+    err = " ".join(capsys.readouterr().err.split())
+    assert "attribution not possible" in err and "100 are excluded as warm-up" in err
+
+
 def test_an_exception_in_the_loop_keeps_the_data_and_skips_attribution(tmp_path):
     out = tmp_path / "boom"
     with pytest.raises(RuntimeError, match="boom"), jouleprof.profile(out) as prof:

@@ -227,7 +227,8 @@ def build_timeline(
     if n_warm >= n:
         raise AttributionError(
             f"the run has {n} step(s) and {n_warm} are excluded as warm-up: nothing is left to "
-            "attribute; record more steps or pass a smaller --warmup-steps"
+            "attribute; record more steps or exclude fewer (--warmup-steps; in Python, "
+            "warmup_steps=)"
         )
     # Step boundaries: split tiny gaps/overlaps between consecutive steps at their midpoint.
     bounds = {s: list(extents[s]) for s in steps}
