@@ -46,6 +46,15 @@ BAD = [
         "error: --synthetic-clips must be 3 counts ≥ 0 (train,val,test), got 1,2",
         "(1, 2)",
     ),
+    # data: values out of range are refused at the flag, before any work (--frames 0 once
+    # cached 32 frames, --test-fraction -1 was taken)
+    (
+        ("data", "manifest", "mod20", "no-such-root", "--test-fraction", "-1"),
+        "Invalid value for '--test-fraction'",
+        "test_fraction",
+    ),
+    (("data", "cache", "m.csv", "--frames", "0"), "Invalid value for '--frames'", "num_frames"),
+    (("data", "cache", "m.csv", "--workers", "0"), "Invalid value for '--workers'", "Traceback"),
 ]
 
 

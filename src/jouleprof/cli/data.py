@@ -29,11 +29,18 @@ def manifest_cmd(
     val_fraction: Annotated[
         float | None,
         typer.Option(
-            help="Fraction of each class carved from train for val (default 0.15; UAV-Human 0.1)."
+            help="Fraction of each class carved from train for val (default 0.15; UAV-Human 0.1).",
+            min=0.0,
+            max=0.9,
         ),
     ] = None,
     test_fraction: Annotated[
-        float, typer.Option(help="MOD20 only (no official split): fraction of each class for test.")
+        float,
+        typer.Option(
+            help="MOD20 only (no official split): fraction of each class for test.",
+            min=0.0,
+            max=0.9,
+        ),
     ] = 0.15,
     val_by: Annotated[
         str,
@@ -104,13 +111,15 @@ def cache_cmd(
     ] = None,
     frames: Annotated[
         int | None,
-        typer.Option(help="Frames kept per clip, spread over it (default 32, or the cache's)."),
+        typer.Option(
+            help="Frames kept per clip, spread over it (default 32, or the cache's).", min=1
+        ),
     ] = None,
     size_px: Annotated[
         int | None,
-        typer.Option(help="Short side of the kept frames (default 256, or the cache's)."),
+        typer.Option(help="Short side of the kept frames (default 256, or the cache's).", min=8),
     ] = None,
-    workers: Annotated[int, typer.Option(help="Decoding processes.")] = 1,
+    workers: Annotated[int, typer.Option(help="Decoding processes.", min=1)] = 1,
 ) -> None:
     """Decode every clip once into a uint8 frame cache (PyAV); rerun to resume."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -128,7 +137,11 @@ def cache_cmd(
         if frames is None and size_px is None and (folder / "cache.json").is_file():
             cache = FrameCache(folder)  # resuming: the cache's own settings
         else:
-            cache = FrameCache(folder, CacheSpec(num_frames=frames or 32, size_px=size_px or 256))
+            spec = CacheSpec(
+                num_frames=32 if frames is None else frames,
+                size_px=256 if size_px is None else size_px,
+            )
+            cache = FrameCache(folder, spec)
     except (ManifestError, CacheError) as e:
         fail(str(e))
     clips = [(r.path, m.abspath(r)) for r in m.rows]
