@@ -187,3 +187,12 @@ def test_a_killed_run_is_reported_crashed_not_running(tmp_path):
     assert "status crashed" in html and "status running" not in html
     cmp = compare_runs([run, run])
     assert any("status crashed" in p for p in cmp.problems), cmp.problems
+
+
+def test_compare_says_why_a_figure_is_missing_on_one_side():
+    from jouleprof.report.compare import Value, diff
+
+    assert diff(Value(1.0), Value(None, reason="unresolved")).note == "this: unresolved"
+    first_missing = diff(Value(None, reason="not attributed"), Value(2.0))
+    assert first_missing.note == "the first: not attributed"
+    assert diff(Value(None), Value(None)).note == ""

@@ -75,7 +75,11 @@ class Diff:
 
 def diff(ref: Value, other: Value) -> Diff:
     if ref.value is None or other.value is None:
-        return Diff(None, None, None, False, "" if ref.value == other.value else "one is missing")
+        if ref.value == other.value:
+            return Diff(None, None, None, False, "")
+        gone = other if other.value is None else ref
+        why = gone.reason or "missing"  # "unresolved", "not attributed", "not in this run"
+        return Diff(None, None, None, False, f"{'this' if gone is other else 'the first'}: {why}")
     d = other.value - ref.value
     pct = 100 * d / ref.value if ref.value else None
     note = ""
