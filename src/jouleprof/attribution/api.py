@@ -144,7 +144,9 @@ def _devices(samples, device: str | None) -> list[str]:
     if not have:
         raise AttributionError(
             "samples.csv holds no sensor readings: no energy was measured in this run (run.json's "
-            "notes say why, e.g. no NVIDIA driver), so there is nothing to attribute"
+            "notes say why, e.g. no NVIDIA driver), so there is nothing to attribute (where no GPU "
+            "was measured, jouleprof profile and jouleprof.profile drive a simulated GPU only "
+            "once the run completes)"
         )
     if device is not None:
         if device not in have:
