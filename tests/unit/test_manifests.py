@@ -244,3 +244,15 @@ def test_cli_manifest_warns_about_skipped_files(tmp_path):
         timeout=120,
     )
     assert bad.returncode == 2 and "mod20, era, uavhuman" in bad.stderr
+
+
+def test_cli_manifest_warns_of_an_empty_split(tmp_path):
+    mod20_tree(tmp_path / "mod20", n_per_class=1)  # one clip per class: no val, no test
+    r = subprocess.run(
+        [sys.executable, "-m", "jouleprof.cli.main", "data", "manifest", "mod20",
+         str(tmp_path / "mod20"), "--out", str(tmp_path / "m.csv")],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    err = " ".join(r.stderr.split())
+    assert "split(s) val, test hold no clip" in err and "need every split" in err

@@ -76,6 +76,14 @@ def manifest_cmd(
         f"(train {counts['train']}, val {counts['val']}, test {counts['test']})",
         highlight=False,
     )
+    empty = [k for k in ("train", "val", "test") if not counts[k]]
+    if empty:
+        err_console.print(
+            f"[yellow]warning:[/] split(s) {', '.join(empty)} hold no clip (too few clips per "
+            "class for --val-fraction/--test-fraction): `jouleprof data check` and a fine-tuning "
+            "run need every split",
+            highlight=False,
+        )
     if manifest.skipped:
         err_console.print(
             f"[yellow]warning:[/] {len(manifest.skipped)} file(s) under {escape(str(root))} were "
