@@ -96,6 +96,8 @@ class profile:  # noqa: N801 - used as `with jouleprof.profile(...)`, like a fun
         from jouleprof.timeline.opt_in import opt_in
         from jouleprof.timeline.repeat import repeat_config
 
+        if out is not None and not isinstance(out, (str, os.PathLike)):
+            raise TypeError(f"the run directory is a path (str or Path), got {out!r}")
         if warmup_steps is not None and warmup_steps < 0:
             raise ValueError(f"warmup_steps must be ≥ 0 or None, got {warmup_steps}")
         if not interval_s > 0:

@@ -148,3 +148,13 @@ def test_excite_puts_recorded_gaps_in_some_steps_and_bad_values_are_refused(tmp_
     assert sorted(excited["excited_steps"]) == sorted(gaps["step"].unique())  # said in run.json
     with pytest.raises(ValueError, match="excite"):
         jouleprof.profile(tmp_path / "bad", excite="yes")
+
+
+def test_arguments_of_the_wrong_type_say_which(tmp_path):
+    with pytest.raises(TypeError, match="run directory is a path"):
+        jouleprof.profile(123)
+    with pytest.raises(TypeError, match="ExciteConfig.window_s is a number, got str"):
+        jouleprof.ExciteConfig(fraction=0.3, window_s="30")
+    with jouleprof.profile(tmp_path / "r", report=False, attribute=False) as prof, prof.step():
+        with pytest.raises(TypeError, match="a phase name is a str, got int"):
+            prof.phase(3)

@@ -30,6 +30,7 @@ measures it from the run (excited against plain steps).
 
 from __future__ import annotations
 
+import numbers
 import time
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -67,6 +68,10 @@ class ExciteConfig:
     """Seeds which steps and boundaries are excited and the gaps' lengths."""
 
     def __post_init__(self) -> None:
+        for f in ("fraction", "window_s", "boundary_prob", "min_gap_s", "max_gap_s"):
+            v = getattr(self, f)
+            if isinstance(v, bool) or not isinstance(v, numbers.Real):
+                raise TypeError(f"ExciteConfig.{f} is a number, got {type(v).__name__} {v!r}")
         if not 0 < self.fraction <= 1:
             raise ValueError(f"fraction must be in (0, 1], got {self.fraction}")
         if not self.window_s > 0:

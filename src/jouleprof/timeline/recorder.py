@@ -318,6 +318,8 @@ class PhaseRecorder:
         """Context of one phase; nested phases are recorded as "parent/child"."""
         ctx = self._ctx.get(name)
         if ctx is None:
+            if not isinstance(name, str):
+                raise TypeError(f"a phase name is a str, got {type(name).__name__} {name!r}")
             if not name or "/" in name:
                 raise ValueError(f"a phase name must be non-empty and hold no '/': {name!r}")
             ctx = self._ctx[name] = _PhaseCtx(self, name)
