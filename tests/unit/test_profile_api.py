@@ -155,6 +155,9 @@ def test_arguments_of_the_wrong_type_say_which(tmp_path):
         jouleprof.profile(123)
     with pytest.raises(TypeError, match="ExciteConfig.window_s is a number, got str"):
         jouleprof.ExciteConfig(fraction=0.3, window_s="30")
-    with jouleprof.profile(tmp_path / "r", report=False, attribute=False) as prof, prof.step():
-        with pytest.raises(TypeError, match="a phase name is a str, got int"):
-            prof.phase(3)
+    with (
+        jouleprof.profile(tmp_path / "r", report=False, attribute=False) as prof,
+        prof.step(),
+        pytest.raises(TypeError, match="a phase name is a str, got int"),
+    ):
+        prof.phase(3)
