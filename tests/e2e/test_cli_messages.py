@@ -73,3 +73,15 @@ def test_bad_input_names_the_flag(bad_results, i, message, absent):
     assert message in r.stderr, r.stderr
     assert absent not in r.stderr, r.stderr
     assert "Traceback" not in r.stderr + r.stdout
+
+
+def test_predict_train_and_a_reused_run_directory_name_what_the_user_gave(tmp_path):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "run.json").write_text("{}")
+    bad_batch, reused = jouleprof_many([
+        ["predict", "train", "--batch", "0"],
+        ["measure", "--out", str(tmp_path / "run"), "--", "true"],
+    ])  # fmt: skip
+    assert bad_batch.returncode == 2 and "error: --batch must be" in bad_batch.stderr
+    assert "already holds a run" in reused.stderr and "--out" in reused.stderr
+    assert "Traceback" not in bad_batch.stderr + reused.stderr

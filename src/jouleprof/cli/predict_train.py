@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from jouleprof.cli.console import fail
+from jouleprof.cli.console import fail, flags_named
 
 STRATEGIES = ("none", "ddp", "fsdp", "tp")
 
@@ -55,7 +55,7 @@ def train_cmd(
         law = get_law(workload, gpu, precision)
         res = predict_config(law, cfg, gpus=gpus, strategy=strategy, gpu=gpu)
     except ValueError as e:
-        fail(str(e))
+        fail(flags_named(str(e), train_cmd))  # BertTrainConfig names its fields (batch)
     res.update(
         workload=workload,
         gpu=gpu,

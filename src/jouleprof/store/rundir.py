@@ -113,7 +113,10 @@ class SpanWriter(CsvAppender):
 
 def _check_dir_path(path: Path) -> None:
     if path.exists() and not path.is_dir():
-        raise RunDirError(f"output path {path} is a file, not a directory: choose another --out")
+        raise RunDirError(
+            f"output path {path} is a file, not a directory: choose another output directory "
+            "(--out; in Python, the run directory argument)"
+        )
 
 
 class RunDir:
@@ -137,7 +140,8 @@ class RunDir:
         _check_dir_path(p)
         if (p / RUN_JSON).exists():
             raise RunDirError(
-                f"{p} already holds a run ({RUN_JSON} exists): choose another --out or remove it"
+                f"{p} already holds a run ({RUN_JSON} exists): choose another output directory "
+                "(--out; in Python, the run directory argument) or remove it"
             )
         try:
             p.mkdir(parents=True, exist_ok=True)
