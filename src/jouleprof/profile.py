@@ -225,12 +225,11 @@ class profile:  # noqa: N801 - used as `with jouleprof.profile(...)`, like a fun
                     note(f"jouleprof.profile: simulated GPU not run: {e}")
                     return
             self.method = info.get("phases_csv_method")
-            if self.method is None and not quiet:  # every method failed: say why, once each
-                done = rd.read_record().extra.get("attribution") or {}
-                reasons = {st.get("reason") for st in done.values()
-                           if isinstance(st, dict) and not st.get("ok", True)}  # fmt: skip
-                for r in sorted(r for r in reasons if r):
-                    note(f"jouleprof.profile: attribution not possible: {r}")
+            if self.method is None and not quiet:  # every method failed: say why
+                from jouleprof.cli.attribute import attribution_failures
+
+                for line in attribution_failures(rd.read_record().extra):
+                    note(f"jouleprof.profile: {line}")
         else:
             self.method = self._attribute_measured(rd, quiet)
         if rd.has("phases.csv"):

@@ -83,7 +83,8 @@ def test_a_run_with_nothing_left_to_attribute_says_why(tmp_path, capsys):
         _loop(prof, 3)
     assert prof.phases is None
     err = " ".join(capsys.readouterr().err.split())
-    assert "attribution not possible" in err and "100 are excluded as warm-up" in err
+    assert "attribution by regression not possible" in err
+    assert "100 are excluded as warm-up" in err
 
 
 def test_an_exception_in_the_loop_keeps_the_data_and_skips_attribution(tmp_path):

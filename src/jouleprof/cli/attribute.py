@@ -305,6 +305,18 @@ def _refresh_report(run_dir: Path, quiet: bool) -> None:
         note(f"updated {run_dir / 'report.html'} with these phases")
 
 
+def attribution_failures(extra: dict[str, Any]) -> list[str]:
+    """One line per method that failed, as run.json's `extra.attribution` records it
+    ("attribution by regression not possible: why"), each reason said once."""
+    lines, said = [], set()
+    for method, st in (extra.get("attribution") or {}).items():
+        if isinstance(st, dict) and not st.get("ok", True):
+            r = st.get("reason")
+            lines.append(f"attribution by {method} not possible" + ("" if r in said else f": {r}"))
+            said.add(r)
+    return lines
+
+
 def print_phases_file(run_dir: Path, name: str = "phases.csv") -> bool:
     """Print a run's phases table as written (one table per device), the simulated truth
     beside it where the run is simulated. False when there is no such file."""

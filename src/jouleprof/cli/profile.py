@@ -214,13 +214,10 @@ def profile_cmd(
     trained = rec.extra.get("trained_on")
     if trained:
         note(f"trained on: {trained}")
-    reasons = set()
-    for method, st in (rec.extra.get("attribution") or {}).items():
-        if isinstance(st, dict) and not st.get("ok", True):
-            r = st.get("reason")
-            note(f"attribution by {method} not possible" + ("" if r in reasons else f": {r}"))
-            reasons.add(r)
-    from jouleprof.cli.attribute import print_phases_file
+    from jouleprof.cli.attribute import attribution_failures, print_phases_file
+
+    for line in attribution_failures(rec.extra):
+        note(line)
 
     print_phases_file(path)
     from jouleprof.attribution.excitation import recorded_costs
